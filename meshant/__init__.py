@@ -1,0 +1,39 @@
+"""meshant — a ZeroMQ agent mesh: a queen, foragers and clients speaking IACP/2."""
+
+from ._version import __version__
+from .client import AsyncClient, Client, TaskFuture, Update
+from .errors import (
+    DeadlineExceeded,
+    MeshantError,
+    NoForager,
+    QueenUnreachable,
+    QueueFull,
+    Refused,
+    TaskCancelled,
+    TaskFailed,
+)
+from .forager import Forager, TaskContext
+from .protocol import Blob, Message, ProtocolError
+from .queen import Queen
+
+__all__ = [
+    "AsyncClient",
+    "Blob",
+    "Client",
+    "DeadlineExceeded",
+    "Forager",
+    "MeshantError",
+    "Message",
+    "NoForager",
+    "ProtocolError",
+    "Queen",
+    "QueenUnreachable",
+    "QueueFull",
+    "Refused",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskFailed",
+    "TaskFuture",
+    "Update",
+    "__version__",
+]

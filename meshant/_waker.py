@@ -1,0 +1,45 @@
+"""A file descriptor any thread can poke to wake an I/O loop out of ``zmq.Poller.poll``."""
+
+from __future__ import annotations
+
+import os
+
+
+class Waker:
+    """eventfd-backed (a pipe where eventfd is missing); ``wake`` is safe from any thread."""
+
+    def __init__(self) -> None:
+        if hasattr(os, "eventfd"):
+            self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._wfd = self.fd
+            self._evfd = True
+        else:  # pragma: no cover - non-Linux
+            self.fd, self._wfd = os.pipe()
+            os.set_blocking(self.fd, False)
+            os.set_blocking(self._wfd, False)
+            self._evfd = False
+
+    def wake(self) -> None:
+        try:
+            if self._evfd:
+                os.eventfd_write(self._wfd, 1)
+            else:  # pragma: no cover
+                os.write(self._wfd, b"x")
+        except (BlockingIOError, OSError):
+            pass  # already pending, or closed during shutdown: either way the loop wakes
+
+    def drain(self) -> None:
+        try:
+            if self._evfd:
+                os.eventfd_read(self.fd)
+            else:  # pragma: no cover
+                os.read(self.fd, 4096)
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        for fd in {self.fd, self._wfd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

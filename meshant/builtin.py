@@ -1,0 +1,50 @@
+"""Demo capabilities every forager can serve with no code: echo, sleep, fail, stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .forager import Forager, TaskContext
+
+
+class DemoError(Exception):
+    """Raised by the ``fail`` capability."""
+
+
+def echo(payload: Any) -> Any:
+    return payload
+
+
+def sleep(payload: Any, ctx: TaskContext) -> Any:
+    seconds = float(payload.get("seconds", 1.0)) if isinstance(payload, dict) else 1.0
+    if ctx.cancelled.wait(max(0.0, seconds)):
+        raise DemoError("cancelled while sleeping")
+    return payload
+
+
+def fail(payload: Any) -> Any:
+    message = payload.get("message", "failed on purpose") if isinstance(payload, dict) else (
+        str(payload))
+    raise DemoError(message)
+
+
+def stream(payload: Any, ctx: TaskContext) -> Any:
+    """Streams words as partial results, like a language model streaming tokens."""
+    text = payload.get("text", "") if isinstance(payload, dict) else str(payload or "")
+    delay = float(payload.get("delay", 0.01)) if isinstance(payload, dict) else 0.01
+    words = text.split()
+    for i, w in enumerate(words):
+        if ctx.cancelled.wait(delay):
+            break
+        ctx.partial(w)
+        ctx.progress((i + 1) / len(words))
+    return {"words": len(words)}
+
+
+BUILTINS = {"echo": echo, "sleep": sleep, "fail": fail, "stream": stream}
+
+
+def add_builtins(forager: Forager, names: list[str] | None = None) -> None:
+    for name in names or list(BUILTINS):
+        if name not in forager.handlers:
+            forager.add_handler(name, BUILTINS[name])

@@ -1,0 +1,379 @@
+"""The ``meshant`` command line: queen, forager, submit, status, demo."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from ._version import __version__
+from .errors import MeshantError, QueenUnreachable
+from .forager import Forager
+
+QUEEN_OPT = click.option(
+    "--queen", "-q", envvar="MESHANT_QUEEN", show_envvar=True,
+    default="tcp://127.0.0.1:5670", show_default=True,
+    help="The queen's ROUTER endpoint.")
+JSON_OPT = click.option("--json", "as_json", is_flag=True,
+                        help="Machine-readable output: JSON (one object per line).")
+
+
+def _labels(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--label")
+        try:
+            out[key] = json.loads(val)
+        except ValueError:
+            out[key] = val
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="meshant")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) to stderr.")
+def main(verbose: int) -> None:
+    """meshant: a ZeroMQ agent mesh.
+
+    A queen hands tasks to foragers (workers) and returns results to clients.
+    Try `meshant demo` for a local colony doing real work, or start one yourself:
+
+    \b
+      meshant queen &
+      meshant forager &            # serves echo, sleep, fail, stream
+      meshant submit echo '{"hello": "world"}'
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _stop_on_signals(stop: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop())
+
+
+@main.command()
+@click.option("--bind", "-b", envvar="MESHANT_BIND", show_envvar=True,
+              default="tcp://127.0.0.1:5670", show_default=True,
+              help="ROUTER endpoint foragers and clients connect to (port 0 picks one).")
+@click.option("--pub", envvar="MESHANT_PUB", show_envvar=True,
+              default="tcp://127.0.0.1:5671", show_default=True,
+              help="PUB endpoint for broadcasts and the queen's heartbeat.")
+@click.option("--name", default="queen", show_default=True, help="This queen's name.")
+@click.option("--assign-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds an assignment may go without a sign of life before the task "
+                   "is reissued to another forager.")
+@click.option("--hb-interval", type=float, default=1.0, show_default=True,
+              help="Heartbeat interval in seconds, for the queen and its peers.")
+@click.option("--hb-misses", type=int, default=5, show_default=True,
+              help="Missed heartbeats before a peer is declared offline.")
+@click.option("--max-queue", type=int, default=100_000, show_default=True,
+              help="Queued tasks allowed before submissions get 'queue full'.")
+@click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
+              help="Seconds a task waits for a forager offering its capability before failing.")
+@JSON_OPT
+def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
+          hb_misses: int, max_queue: int, no_forager_wait: float, as_json: bool) -> None:
+    """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
+    from .queen import Queen
+
+    q = Queen(bind, pub, name=name, assign_timeout=assign_timeout, hb_interval=hb_interval,
+              hb_misses=hb_misses, max_queue=max_queue, no_forager_wait=no_forager_wait)
+    _stop_on_signals(q.stop)
+    t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
+    t.start()
+    try:
+        q.run()
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    if not as_json:
+        click.echo(f"meshant queen {name!r} stopped", err=True)
+
+
+def _announce(q: Any, as_json: bool) -> None:
+    if not q.wait_ready(30):
+        return
+    if as_json:
+        click.echo(json.dumps({"event": "ready", "name": q.name, "router": q.endpoint,
+                               "pub": q.pub_endpoint, "epoch": q.epoch}))
+    else:
+        click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
+                   f"epoch={q.epoch}")
+    sys.stdout.flush()
+
+
+def load_app(spec: str) -> Any:
+    """Import ``module:attribute`` (a Forager, a dict of capability → handler, or a function)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise click.BadParameter("expected module:attribute", param_hint="--app")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise click.BadParameter(f"cannot import {module_name!r}: {e}", param_hint="--app")
+    if not attr:
+        found = [v for v in vars(module).values() if isinstance(v, Forager)]
+        if len(found) != 1:
+            raise click.BadParameter(f"{module_name!r} has {len(found)} Forager objects; "
+                                     "name one as module:attribute", param_hint="--app")
+        return found[0]
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}",
+                                 param_hint="--app") from None
+
+
+@main.command()
+@QUEEN_OPT
+@click.option("--app", "-a", "app", metavar="MODULE:ATTR",
+              help="Handlers to serve: a Forager object, a dict of capability → function, "
+                   "or a function (its name is the capability). Default: the demo "
+                   "capabilities echo, sleep, fail and stream.")
+@click.option("--name", "-n", help="Forager name (default forager-<host>-<pid>-<rand>).")
+@click.option("--slots", "-s", type=click.IntRange(1, 10_000), default=1, show_default=True,
+              envvar="MESHANT_SLOTS", show_envvar=True, help="Tasks run at once.")
+@click.option("--label", "-l", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label tasks can require (repeatable).")
+@click.option("--builtins/--no-builtins", default=None,
+              help="Also serve the demo capabilities (default: only without --app).")
+@JSON_OPT
+def forager(queen: str, app: str | None, name: str | None, slots: int, labels: tuple[str, ...],
+            builtins: bool | None, as_json: bool) -> None:
+    """Run a forager that serves tasks for the queen until Ctrl-C/SIGTERM."""
+    from .builtin import add_builtins
+
+    f = Forager(queen, name=name, slots=slots, labels=_labels(labels))
+    if app is not None:
+        target = load_app(app)
+        if isinstance(target, Forager):
+            for cap, h in target.handlers.items():
+                f.add_handler(cap, h.fn, batch=h.batch)
+            f._message_callbacks.extend(target._message_callbacks)
+        elif isinstance(target, dict):
+            for cap, fn in target.items():
+                f.add_handler(str(cap), fn)
+        elif callable(target):
+            f.add_handler(target.__name__, target)
+        else:
+            raise click.BadParameter(f"{app!r} is not a Forager, dict or function",
+                                     param_hint="--app")
+    if builtins or (builtins is None and app is None):
+        add_builtins(f)
+    ready = threading.Thread(target=_announce_forager, args=(f, as_json), daemon=True)
+    ready.start()
+    try:
+        f.run()
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    if f._refusal is not None:
+        raise click.ClickException(str(f._refusal))
+
+
+def _announce_forager(f: Forager, as_json: bool) -> None:
+    while not f._welcomed.wait(0.5):
+        if f._stopping.is_set():
+            return
+    if f._refusal is not None or f._stopping.is_set():
+        return
+    if as_json:
+        click.echo(json.dumps({"event": "ready", "name": f.name, "queen": f.queen,
+                               "slots": f.slots, "tools": f.tools}))
+    else:
+        click.echo(f"meshant forager {f.name!r} ready: queen={f.queen} slots={f.slots} "
+                   f"tools={','.join(f.tools)}")
+    sys.stdout.flush()
+
+
+def _connect(queen: str, timeout: float) -> Any:
+    from .client import Client
+
+    try:
+        return Client(queen, timeout=timeout)
+    except QueenUnreachable as e:
+        raise click.ClickException(str(e)) from None
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _payloads(payload: str | None, count: int) -> Iterator[Any]:
+    if payload == "-":
+        for n, line in enumerate(sys.stdin, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except ValueError as e:
+                    raise click.BadParameter(f"stdin line {n} is not JSON: {e}")
+        return
+    value: Any = None
+    if payload is not None:
+        try:
+            value = json.loads(payload)
+        except ValueError as e:
+            raise click.BadParameter(f"not JSON: {e}", param_hint="PAYLOAD_JSON")
+    for _ in range(count):
+        yield value
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v
+
+
+@main.command()
+@QUEEN_OPT
+@click.argument("capability")
+@click.argument("payload", required=False, metavar="[PAYLOAD_JSON|-]")
+@click.option("--priority", "-p", type=click.IntRange(0, 99), default=50, show_default=True,
+              help="0-99, lower runs first.")
+@click.option("--timeout", "-t", type=float, help="Run-time limit per task, seconds.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), help="Attempts before giving up.")
+@click.option("--to", help="Run on this forager only.")
+@click.option("--label", "-l", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Require a forager label (repeatable).")
+@click.option("--wait", type=float, help="Seconds to wait for a forager with the capability.")
+@click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
+              help="Submit the payload this many times.")
+@click.option("--connect-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for the queen to answer.")
+@click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
+@JSON_OPT
+def submit(queen: str, capability: str, payload: str | None, priority: int,
+           timeout: float | None, max_attempts: int | None, to: str | None,
+           labels: tuple[str, ...], wait: float | None, count: int, connect_timeout: float,
+           stream: bool, as_json: bool) -> None:
+    """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin.
+
+    Exits 1 if any task failed.
+    """
+    client = _connect(queen, connect_timeout)
+    failed = 0
+    try:
+        kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
+                              "labels": _labels(labels), "max_attempts": max_attempts,
+                              "wait": wait}
+        started = time.monotonic()
+        futures = []
+        for pl in _payloads(payload, count):
+            futures.append((client.submit(capability, pl, **kw), time.monotonic()))
+        show_bar = len(futures) > 1 and not as_json and sys.stderr.isatty()
+        with click.progressbar(length=len(futures), label="tasks", file=sys.stderr) if (
+                show_bar) else _nullbar() as bar:
+            for fut, t0 in futures:
+                if stream:
+                    for u in fut.updates():
+                        if as_json:
+                            click.echo(json.dumps({"id": fut.task_id, "update": u.kind,
+                                                   "seq": u.seq, "fraction": u.fraction,
+                                                   "note": u.note,
+                                                   "value": _jsonable(u.value)}))
+                        else:
+                            click.echo(f"[{u.kind}] "
+                                       + (json.dumps(_jsonable(u.value)) if u.kind == "partial"
+                                          else f"{(u.fraction or 0) * 100:.0f}% {u.note or ''}"))
+                try:
+                    result = fut.result()
+                    rec: dict[str, Any] = {"id": fut.task_id, "state": "completed",
+                                           "result": _jsonable(result)}
+                except MeshantError as e:
+                    failed += 1
+                    rec = {"id": fut.task_id, "state": "cancelled" if e.code == "cancelled"
+                           else "failed",
+                           "error": {"code": e.code, "type": getattr(e, "remote_type", ""),
+                                     "message": e.message}}
+                rec["seconds"] = round(time.monotonic() - t0, 6)
+                if as_json:
+                    click.echo(json.dumps(rec))
+                elif not show_bar:
+                    if rec["state"] == "completed":
+                        click.echo(json.dumps(rec["result"]))
+                    else:
+                        err = rec["error"]
+                        click.echo(f"task {fut.task_id} {rec['state']}: [{err['code']}] "
+                                   f"{err['type'] + ': ' if err['type'] else ''}"
+                                   f"{err['message']}", err=True)
+                bar.update(1)
+        if show_bar:
+            took = time.monotonic() - started
+            click.echo(f"{len(futures) - failed} completed, {failed} failed in {took:.2f} s",
+                       err=True)
+    finally:
+        client.close()
+    if failed:
+        sys.exit(1)
+
+
+class _nullbar:
+    def __enter__(self) -> _nullbar:
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+
+@main.command()
+@QUEEN_OPT
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+@JSON_OPT
+def status(queen: str, connect_timeout: float, as_json: bool) -> None:
+    """Show the queen's foragers, their slots and load, and the queue depths."""
+    client = _connect(queen, connect_timeout)
+    try:
+        st = client.status()
+    finally:
+        client.close()
+    if as_json:
+        click.echo(json.dumps(st))
+        return
+    qi = st["queen"]
+    click.echo(f"queen {qi['name']!r} at {qi['endpoint']} (pub {qi['pub']}), up "
+               f"{qi['uptime']:.0f} s, epoch {qi['epoch']}")
+    click.echo(f"{len(st['foragers'])} foragers, {st['clients']} clients, "
+               f"{st['queued']} queued, {st['running']} running")
+    if st["foragers"]:
+        click.echo(f"  {'NAME':30} {'STATE':9} {'SLOTS':>5} {'BUSY':>5} {'SEEN':>6}  TOOLS")
+        for f in st["foragers"]:
+            click.echo(f"  {f['name']:30} {f['state']:9} {f['slots']:5} {f['in_flight']:5} "
+                       f"{f['last_seen_age']:5.1f}s  {','.join(f['tools'])}")
+    if st["queues"]:
+        click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in sorted(st["queues"].items())))
+    c = st["counters"]
+    click.echo("counters: " + ", ".join(f"{k}={v}" for k, v in c.items()))
+
+
+@main.command()
+@click.option("--foragers", type=click.IntRange(2, 16), default=3, show_default=True)
+@click.option("--tasks", type=click.IntRange(10), default=300, show_default=True,
+              help="Echo tasks in the mixed workload.")
+@JSON_OPT
+def demo(foragers: int, tasks: int, as_json: bool) -> None:
+    """Run a local colony doing real work: a queen and foragers as subprocesses.
+
+    Runs a mixed workload (echo at mixed priorities, a streamed result, sleeps, a
+    failure, and a forager killed mid-task whose work moves on), prints a summary with
+    latency percentiles, stops everything it started and exits 0 on success.
+    """
+    from .demo import run_demo
+
+    ok = run_demo(foragers=foragers, tasks=tasks, as_json=as_json)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

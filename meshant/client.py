@@ -1,0 +1,313 @@
+"""The client: submits tasks to the queen and gets their results as futures.
+
+``Client`` is thread-safe: any thread may submit; one I/O thread owns the socket.
+``AsyncClient`` wraps it for asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from . import protocol as p
+from ._peer import Peer
+from .errors import MeshantError, from_error_body
+
+_QUEUED_ERRORS = {"queue-full", "duplicate-task", "bad-value", "not-registered"}
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A progress report or a partial result of a running task, in the order sent."""
+
+    kind: str  # "progress" or "partial"
+    seq: int
+    fraction: float | None = None
+    note: str | None = None
+    value: Any = None
+
+
+class TaskFuture(Future):  # type: ignore[type-arg]
+    """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self.acknowledged = False
+        self.last_seq = 0
+        self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
+
+    def updates(self, timeout: float | None = None) -> Iterator[Update]:
+        """Yield progress reports and partial results until the task ends."""
+        while True:
+            try:
+                u = self._updates.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"no update for task {self.task_id} within {timeout} s")
+            if u is None:
+                return
+            yield u
+
+
+def _wrap(value: Any) -> Any:
+    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) else value
+
+
+def _unwrap(value: Any) -> Any:
+    return value.data if isinstance(value, p.Blob) else value
+
+
+class Client(Peer):
+    """Connects to a queen and submits tasks. Blocks up to ``timeout`` for the welcome."""
+
+    role = "client"
+
+    def __init__(
+        self,
+        queen: str | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = 10.0,
+        wait: float | None = None,
+        on_progress: Callable[[str, Update], Any] | None = None,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        super().__init__(queen, name, context)
+        self.wait = wait
+        self.on_update = on_progress
+        self._tasks: dict[str, TaskFuture] = {}
+        self._requests: dict[str, Future[Any]] = {}
+        self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
+        self._handlers.update({
+            "task.submitted": self._on_submitted,
+            "task.result": self._on_result,
+            "task.progress": self._on_progress,
+            "task.state": self._on_reply,
+            "status.reply": self._on_reply,
+            "tool.reply": self._on_reply,
+            "msg": self._on_inbox,
+            "note": self._on_inbox,
+            "mem.sync": self._on_inbox,
+        })
+        self._start_io(timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Disconnect. Futures still pending fail with a clear error."""
+        super().close(timeout)
+        err = MeshantError("the client was closed before the task finished", code="closed")
+        for fut in list(self._tasks.values()):
+            if not fut.done():
+                fut.set_exception(err)
+                fut._updates.put(None)
+        for rf in list(self._requests.values()):
+            if not rf.done():
+                rf.set_exception(err)
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        capability: str,
+        payload: Any = None,
+        *,
+        priority: int = 50,
+        timeout: float | None = None,
+        to: str | None = None,
+        labels: dict[str, Any] | None = None,
+        max_attempts: int | None = None,
+        wait: float | None = None,
+    ) -> TaskFuture:
+        """Submit a task; the future resolves to its result or raises a MeshantError.
+
+        ``priority`` 0-99 (lower first); ``timeout`` the run-time limit in seconds;
+        ``to`` a forager name; ``labels`` the forager labels required; ``wait`` how long
+        the queen waits for a forager offering ``capability`` before failing with
+        :class:`~meshant.errors.NoForager`.
+        """
+        if self._stopped.is_set():
+            raise MeshantError("the client is closed", code="closed")
+        if not 0 <= priority <= 99:
+            raise ValueError("priority must be between 0 and 99")
+        body: dict[str, Any] = {"capability": capability, "payload": _wrap(payload)}
+        if priority != 50:
+            body["priority"] = priority
+        if timeout is not None:
+            body["timeout"] = timeout
+        if to is not None:
+            body["to"] = to
+        if labels:
+            body["labels"] = labels
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        w = wait if wait is not None else self.wait
+        if w is not None:
+            body["wait"] = w
+        msg = p.Message("task.submit", body, frm=self.name, to="queen")
+        fut = TaskFuture(msg.id)
+        self._tasks[msg.id] = fut
+        self.send_message(msg)
+        return fut
+
+    def map(self, capability: str, payloads: Iterable[Any], **kw: Any) -> list[TaskFuture]:
+        """Submit one task per payload; returns their futures in order."""
+        return [self.submit(capability, pl, **kw) for pl in payloads]
+
+    def run(self, capability: str, payload: Any = None, *, result_timeout: float | None = None,
+            **kw: Any) -> Any:
+        """Submit and wait for the result."""
+        return self.submit(capability, payload, **kw).result(result_timeout)
+
+    def cancel(self, task_id: str) -> None:
+        """Cancel a task: at once if queued, best effort if running."""
+        self.send_message(p.Message("task.cancel", {"task": task_id}, to="queen"))
+
+    # -- queries --------------------------------------------------------------------------
+
+    def _request(self, kind: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+        msg = p.Message(kind, body, frm=self.name, to="queen")
+        fut: Future[Any] = Future()
+        self._requests[msg.id] = fut
+        self.send_message(msg)
+        try:
+            return fut.result(timeout)  # type: ignore[no-any-return]
+        except TimeoutError:
+            raise MeshantError(f"no answer to {kind} within {timeout:g} s",
+                               code="timeout") from None
+        finally:
+            self._requests.pop(msg.id, None)
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The queen's registry, queue depths and counters."""
+        return self._request("status.query", None, timeout)
+
+    def task_status(self, task_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """One task's state and history as the queen sees it."""
+        return self._request("task.status", {"task": task_id}, timeout)
+
+    def tool_query(self, tool: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Which live foragers serve ``tool``, with their slots and labels."""
+        return list(self._request("tool.query", {"tool": tool}, timeout)["foragers"])
+
+    def send(self, to: str | list[str], body: dict[str, Any] | None = None) -> None:
+        """Send a directed message to one agent or several, routed by the queen."""
+        self.send_message(p.Message("msg", body or {}, frm=self.name, to=to))
+
+    def note(self, to: str | list[str], text: str) -> None:
+        """Send a one-line note (at most 80 characters)."""
+        p.validate_body(p.BY_NAME["note"], {"text": text})
+        self.send_message(p.Message("note", {"text": text}, frm=self.name, to=to))
+
+    # -- I/O thread -----------------------------------------------------------------------
+
+    def _on_submitted(self, msg: p.Message) -> None:
+        fut = self._tasks.get(msg.b["task"])
+        if fut is not None:
+            fut.acknowledged = True
+
+    def _on_progress(self, msg: p.Message) -> None:
+        b = msg.b
+        fut = self._tasks.get(b.get("task", ""))
+        seq = b.get("seq", 0)
+        if fut is None or seq <= fut.last_seq:
+            return
+        fut.last_seq = seq
+        u = Update("progress", seq, fraction=b.get("fraction"), note=b.get("note"))
+        fut._updates.put(u)
+        if self.on_update is not None:
+            self.on_update(fut.task_id, u)
+
+    def _on_result(self, msg: p.Message) -> None:
+        b = msg.b
+        fut = self._tasks.get(b.get("task", ""))
+        seq = b.get("seq", 0)
+        if fut is None or seq <= fut.last_seq:
+            return  # exactly once: a repeat of something already seen is dropped
+        fut.last_seq = seq
+        if b.get("partial"):
+            u = Update("partial", seq, value=_unwrap(b.get("value")))
+            fut._updates.put(u)
+            if self.on_update is not None:
+                self.on_update(fut.task_id, u)
+            return
+        del self._tasks[fut.task_id]
+        fut._updates.put(None)
+        if b.get("state") == "completed":
+            fut.set_result(_unwrap(b.get("result")))
+        else:
+            fut.set_exception(from_error_body(b.get("error") or {}))
+
+    def _on_reply(self, msg: p.Message) -> None:
+        fut = self._requests.get(msg.ref or "")
+        if fut is not None and not fut.done():
+            fut.set_result(msg.b)
+
+    def _on_inbox(self, msg: p.Message) -> None:
+        self.inbox.put(msg)
+
+    def _on_remote_error(self, msg: p.Message) -> None:
+        ref = msg.ref or ""
+        err = from_error_body(msg.b)
+        fut = self._tasks.pop(ref, None)
+        if fut is not None:
+            fut._updates.put(None)
+            fut.set_exception(err)
+            return
+        rf = self._requests.get(ref)
+        if rf is not None and not rf.done():
+            rf.set_exception(err)
+            return
+        super()._on_remote_error(msg)
+
+
+class AsyncClient:
+    """asyncio face of :class:`Client`: ``await client.submit(...)`` returns the result."""
+
+    def __init__(self, queen: str | None = None, **kw: Any) -> None:
+        self._kw = kw
+        self._queen = queen
+        self.client: Client | None = None
+
+    async def connect(self) -> AsyncClient:
+        self.client = await asyncio.to_thread(Client, self._queen, **self._kw)
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await asyncio.to_thread(self.client.close)
+
+    def _c(self) -> Client:
+        if self.client is None:
+            raise MeshantError("call 'await connect()' first", code="closed")
+        return self.client
+
+    async def submit(self, capability: str, payload: Any = None, **kw: Any) -> Any:
+        """Submit and await the result."""
+        return await asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+
+    def submit_nowait(self, capability: str, payload: Any = None, **kw: Any) -> asyncio.Future[Any]:
+        """Submit and return an asyncio future at once."""
+        return asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+
+    async def status(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self._c().status)
+
+
+__all__ = ["AsyncClient", "Client", "TaskFuture", "Update"]

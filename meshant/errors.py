@@ -1,0 +1,87 @@
+"""Exceptions users of meshant see, grouped by what the caller can do about them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MeshantError(Exception):
+    """Base of every error meshant raises to its users."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.detail = detail
+
+
+class QueenUnreachable(MeshantError):
+    """No answer from the queen within the timeout: check the endpoint and that it runs."""
+
+    code = "queen-unreachable"
+
+
+class Refused(MeshantError):
+    """The queen refused this peer (hello refused, name taken, bad input)."""
+
+    code = "refused"
+
+
+class QueueFull(MeshantError):
+    """The queen's queue is full: back off and submit again."""
+
+    code = "queue-full"
+
+
+class NoForager(MeshantError):
+    """No forager offering the capability joined within the wait."""
+
+    code = "no-forager"
+
+
+class DeadlineExceeded(MeshantError):
+    """The task ran past its timeout."""
+
+    code = "deadline-exceeded"
+
+
+class TaskCancelled(MeshantError):
+    """The task was cancelled before it finished."""
+
+    code = "cancelled"
+
+
+class TaskFailed(MeshantError):
+    """The task failed: ``remote_type`` and ``message`` come from the handler's exception."""
+
+    code = "handler-error"
+
+    def __init__(self, message: str, *, code: str | None = None, remote_type: str = "",
+                 **detail: Any) -> None:
+        super().__init__(message, code=code, **detail)
+        self.remote_type = remote_type
+
+    def __str__(self) -> str:
+        return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
+
+
+_BY_CODE: dict[str, type[MeshantError]] = {
+    "queue-full": QueueFull,
+    "no-forager": NoForager,
+    "deadline-exceeded": DeadlineExceeded,
+    "cancelled": TaskCancelled,
+}
+
+
+def from_error_body(err: dict[str, Any]) -> MeshantError:
+    """Turn the ``error`` map of a failed result (or an ``error`` message) into an exception."""
+    code = str(err.get("code", "error"))
+    message = str(err.get("message", ""))
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        return cls(message, code=code)
+    detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
+    return TaskFailed(message, code=code, remote_type=str(err.get("type", "")), **detail)

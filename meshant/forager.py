@@ -1,0 +1,393 @@
+"""The forager: a worker agent that serves capabilities for the queen.
+
+Register handlers with :meth:`Forager.task`, then :meth:`Forager.run` (blocking, stops on
+SIGINT/SIGTERM), :meth:`Forager.start`/:meth:`Forager.stop` (background thread inside your
+own process) or ``await forager.run_async()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from . import protocol as p
+from ._peer import Peer
+
+log = logging.getLogger("meshant.forager")
+
+
+class TaskContext:
+    """What a handler knows about the task it runs, and how it talks back while running."""
+
+    __slots__ = ("_forager", "_future", "attempt", "cancelled", "capability", "deadline",
+                 "ref", "task_id")
+
+    def __init__(self, forager: Forager, ref: str, task_id: str, attempt: int,
+                 capability: str, deadline: float | None) -> None:
+        self._forager = forager
+        self._future: Any = None
+        self.ref = ref
+        self.task_id = task_id
+        self.attempt = attempt
+        self.capability = capability
+        self.deadline = deadline
+        self.cancelled = threading.Event()
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once the queen cancelled this task; long handlers should check it and stop."""
+        return self.cancelled.is_set()
+
+    def progress(self, fraction: float | None = None, note: str | None = None) -> None:
+        """Report progress (0.0-1.0) and/or a short note; also renews the task's lease."""
+        body: dict[str, Any] = {}
+        if fraction is not None:
+            body["fraction"] = float(fraction)
+        if note is not None:
+            body["note"] = str(note)
+        self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
+
+    def partial(self, value: Any) -> None:
+        """Stream a partial result to the submitter (delivered in order, exactly once)."""
+        self._forager.send_message(p.Message(
+            "task.result", {"partial": True, "value": _wrap(value)}, ref=self.ref, to="queen"))
+
+
+@dataclass(slots=True)
+class Handler:
+    fn: Callable[..., Any]
+    batch: int | None
+    is_async: bool
+    takes_ctx: bool
+
+
+def _wrap(value: Any) -> Any:
+    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) else value
+
+
+def _unwrap(value: Any) -> Any:
+    return value.data if isinstance(value, p.Blob) else value
+
+
+def _error_body(e: BaseException) -> dict[str, Any]:
+    return {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}}
+
+
+class Forager(Peer):
+    """A worker agent. ``slots`` tasks run at once; handlers are sync or ``async def``."""
+
+    role = "forager"
+
+    def __init__(
+        self,
+        queen: str | None = None,
+        *,
+        name: str | None = None,
+        slots: int = 1,
+        labels: dict[str, Any] | None = None,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        super().__init__(queen, name, context)
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.slots = slots
+        self.labels = dict(labels or {})
+        self.handlers: dict[str, Handler] = {}
+        self.running: dict[str, TaskContext] = {}
+        self.draining = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._aloop_thread: threading.Thread | None = None
+        self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
+        self._message_callbacks: list[Callable[[p.Message], Any]] = []
+        self._handlers.update({
+            "task.assign": self._on_assign,
+            "task.cancel": self._on_cancel,
+            "ctl.drain": self._on_drain,
+            "ctl.halt": self._on_halt,
+            "msg": self._on_peer_message,
+            "note": self._on_peer_message,
+            "mem.sync": self._on_peer_message,
+        })
+
+    # -- registering handlers -------------------------------------------------------------
+
+    def task(self, capability: str, *, batch: int | None = None) -> Callable[[Any], Any]:
+        """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
+
+        The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``). With
+        ``batch=N`` it is called as ``fn(payloads, ctxs)`` with up to N tasks and returns
+        one result per task (an Exception instance in the list fails just that task).
+        """
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add_handler(capability, fn, batch=batch)
+            return fn
+        return deco
+
+    def add_handler(self, capability: str, fn: Callable[..., Any], *,
+                    batch: int | None = None) -> None:
+        if self._thread is not None:
+            raise RuntimeError("add handlers before starting the forager")
+        if batch is not None and batch < 1:
+            raise ValueError("batch must be at least 1")
+        try:
+            params = [q for q in inspect.signature(fn).parameters.values()
+                      if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+            takes_ctx = len(params) >= 2 or any(
+                q.kind == q.VAR_POSITIONAL for q in inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            takes_ctx = True
+        self.handlers[capability] = Handler(fn, batch, inspect.iscoroutinefunction(fn),
+                                            takes_ctx)
+
+    def on_message(self, fn: Callable[[p.Message], Any]) -> Callable[[p.Message], Any]:
+        """Decorator: called (in the I/O thread, keep it short) for directed messages/notes."""
+        self._message_callbacks.append(fn)
+        return fn
+
+    # -- running --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> Forager:
+        """Run in a background thread; returns once the queen welcomed this forager."""
+        if not self.handlers:
+            raise RuntimeError("no handlers: register one with @forager.task(capability)")
+        self._pool = ThreadPoolExecutor(self.slots, thread_name_prefix=f"meshant-{self.name}")
+        self._start_io(timeout)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop: running tasks are told to cancel and the queen is told we are leaving."""
+        for ctx in list(self.running.values()):
+            ctx.cancelled.set()
+        self.close(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._aloop is not None:
+            self._aloop.call_soon_threadsafe(self._aloop.stop)
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Serve until SIGINT/SIGTERM (or :meth:`stop`); waits for the queen if it is not up."""
+        if not self.handlers:
+            raise RuntimeError("no handlers: register one with @forager.task(capability)")
+        restore: dict[int, Any] = {}
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                restore[sig] = signal.signal(sig, lambda *_: self._stopping.set())
+        try:
+            self._pool = ThreadPoolExecutor(self.slots,
+                                            thread_name_prefix=f"meshant-{self.name}")
+            self._start_io(None)
+            while not self._stopping.wait(0.2):
+                pass
+        finally:
+            self.stop()
+            for sig, old in restore.items():
+                signal.signal(sig, old)
+
+    async def run_async(self) -> None:
+        """Serve from asyncio: ``await forager.run_async()``; cancel the awaiting task to stop."""
+        await asyncio.to_thread(self.start)
+        try:
+            while not self._stopped.is_set():
+                await asyncio.sleep(0.1)
+        finally:
+            await asyncio.to_thread(self.stop)
+
+    @property
+    def tools(self) -> list[str]:
+        return sorted(self.handlers)
+
+    # -- I/O thread -----------------------------------------------------------------------
+
+    def _hello_body(self) -> dict[str, Any]:
+        body = super()._hello_body()
+        body.update(slots=self.slots, tools=self.tools, labels=self.labels,
+                    running=list(self.running))
+        return body
+
+    def _hb_body(self) -> dict[str, Any]:
+        return {"slots": self.slots, "in_flight": len(self.running),
+                "running": list(self.running), "tools": self.tools}
+
+    def _io_closing(self, sock: zmq.Socket[Any]) -> None:
+        if self._welcomed.is_set():
+            try:
+                self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
+            except zmq.ZMQError:
+                pass
+
+    def _next_hb(self) -> float:
+        # The heartbeat lists running tasks and renews their leases, so while tasks run it
+        # goes out every interval even when other messages keep the socket busy.
+        last = self._last_hb if self.running else self._last_send
+        return last + self._hb_interval
+
+    def _flush(self, outbox: deque[p.Message]) -> None:
+        if "batch" in self.features and len(outbox) > 1:
+            results: list[dict[str, Any]] = []
+            while outbox:
+                msg = outbox.popleft()
+                if msg.kind == "task.result" and not msg.b.get("partial"):
+                    results.append({**msg.b, "ref": msg.ref})
+                    continue
+                if results:
+                    self._send_results(results)
+                    results = []
+                self._send_checked(msg)
+            if results:
+                self._send_results(results)
+            return
+        while outbox:
+            self._send_checked(outbox.popleft())
+
+    def _send_results(self, results: list[dict[str, Any]]) -> None:
+        if len(results) == 1:
+            r = results[0]
+            ref = r.pop("ref")
+            self._send_checked(p.Message("task.result", r, ref=ref, to="queen"))
+        else:
+            self._send_checked(p.Message("task.batch", {"results": results}, to="queen"))
+
+    def _send_checked(self, msg: p.Message) -> None:
+        try:
+            self._send_now(msg)
+        except p.ProtocolError as e:
+            # The handler returned something msgpack cannot carry: fail the task, clearly.
+            if msg.kind == "task.batch":
+                for r in msg.b["results"]:
+                    ref = r.pop("ref")
+                    self._send_checked(p.Message("task.result", r, ref=ref, to="queen"))
+                return
+            if msg.kind != "task.result":
+                log.warning("%s: cannot send %s: %s", self.name, msg.kind, e)
+                return
+            self._send_now(p.Message("task.result", {"status": "error", "error": {
+                "type": "EncodeError", "message": f"result cannot be encoded: {e.message}"}},
+                ref=msg.ref, to="queen"))
+
+    def _on_assign(self, msg: p.Message) -> None:
+        body = msg.b
+        ref = msg.id
+        cap = body.get("capability") or body.get("node") or ""
+        h = self.handlers.get(cap)
+        if h is None or self.draining:
+            reason = "draining" if self.draining else (
+                f"no handler for capability {cap!r} (this forager serves "
+                f"{', '.join(self.tools)})")
+            self._send_now(p.Message("task.reject", {"reason": reason}, ref=ref, to="queen"))
+            return
+        timeout = body.get("timeout")
+        deadline = time.monotonic() + timeout if isinstance(timeout, int | float) else None
+        ctx = TaskContext(self, ref, str(body.get("task", ref)), int(body.get("attempt", 1)),
+                          cap, deadline)
+        self.running[ref] = ctx
+        self._send_now(p.Message("task.accept", None, ref=ref, to="queen"))
+        payload = _unwrap(body.get("payload"))
+        if h.batch is not None:
+            self._batches.setdefault(cap, deque()).append((payload, ctx))
+            self._submit(self._run_batch, h, cap)
+        elif h.is_async:
+            ctx._future = asyncio.run_coroutine_threadsafe(self._run_async(h, payload, ctx),
+                                                           self._async_loop())
+        else:
+            self._submit(self._run_one, h, payload, ctx)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._pool is not None
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            pass  # pool shut down: we are stopping, and the queen will reissue
+
+    def _on_cancel(self, msg: p.Message) -> None:
+        ctx = self.running.get(msg.ref or "")
+        if ctx is None:
+            return
+        ctx.cancelled.set()
+        if ctx._future is not None:
+            ctx._future.cancel()
+
+    def _on_drain(self, msg: p.Message) -> None:
+        self.draining = True
+
+    def _on_halt(self, msg: p.Message) -> None:
+        self._stopping.set()
+
+    def _on_peer_message(self, msg: p.Message) -> None:
+        for cb in self._message_callbacks:
+            try:
+                cb(msg)
+            except Exception:
+                log.exception("%s: message callback failed", self.name)
+
+    # -- worker threads -------------------------------------------------------------------
+
+    def _done(self, ctx: TaskContext, body: dict[str, Any]) -> None:
+        if ctx.cancelled.is_set():
+            body = {"status": "cancelled"}
+        self.running.pop(ctx.ref, None)
+        self.send_message(p.Message("task.result", body, ref=ctx.ref, to="queen"))
+
+    def _run_one(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
+        try:
+            result = h.fn(payload, ctx) if h.takes_ctx else h.fn(payload)
+            body = {"status": "ok", "result": _wrap(result)}
+        except Exception as e:
+            body = _error_body(e)
+        self._done(ctx, body)
+
+    async def _run_async(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
+        try:
+            result = await (h.fn(payload, ctx) if h.takes_ctx else h.fn(payload))
+            body = {"status": "ok", "result": _wrap(result)}
+        except asyncio.CancelledError:
+            body = {"status": "cancelled"}
+        except Exception as e:
+            body = _error_body(e)
+        self._done(ctx, body)
+
+    def _run_batch(self, h: Handler, cap: str) -> None:
+        pending = self._batches[cap]
+        items: list[tuple[Any, TaskContext]] = []
+        assert h.batch is not None
+        while pending and len(items) < h.batch:
+            try:
+                items.append(pending.popleft())
+            except IndexError:
+                break
+        if not items:
+            return
+        payloads = [i[0] for i in items]
+        ctxs = [i[1] for i in items]
+        try:
+            results = h.fn(payloads, ctxs) if h.takes_ctx else h.fn(payloads)
+            results = list(results)
+            if len(results) != len(items):
+                raise ValueError(f"batch handler returned {len(results)} results for "
+                                 f"{len(items)} tasks")
+            bodies = [_error_body(r) if isinstance(r, BaseException)
+                      else {"status": "ok", "result": _wrap(r)} for r in results]
+        except Exception as e:
+            bodies = [_error_body(e)] * len(items)
+        for ctx, body in zip(ctxs, bodies, strict=True):
+            self._done(ctx, dict(body))
+
+    def _async_loop(self) -> asyncio.AbstractEventLoop:
+        if self._aloop is None:
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name=f"meshant-{self.name}-async",
+                                 daemon=True)
+            t.start()
+            self._aloop, self._aloop_thread = loop, t
+        return self._aloop

@@ -1,0 +1,34 @@
+"""The meshant wire protocol, sans-IO: message model, kind table, codecs, negotiation."""
+
+from . import binary, legacy
+from .codec import BINARY, JSON, decode_any, encode_for
+from .errors import ProtocolError
+from .kinds import BY_CODE, BY_NAME, KINDS, NOTE_MAX, Kind, kind_by_name, validate_body
+from .message import Blob, IdMaker, Message, new_id
+from .negotiation import QueenTerms, Refusal, Welcome, negotiate, valid_name
+
+__all__ = [
+    "BINARY",
+    "BY_CODE",
+    "BY_NAME",
+    "JSON",
+    "KINDS",
+    "NOTE_MAX",
+    "Blob",
+    "IdMaker",
+    "Kind",
+    "Message",
+    "ProtocolError",
+    "QueenTerms",
+    "Refusal",
+    "Welcome",
+    "binary",
+    "decode_any",
+    "encode_for",
+    "kind_by_name",
+    "legacy",
+    "negotiate",
+    "new_id",
+    "valid_name",
+    "validate_body",
+]

@@ -1,0 +1,138 @@
+"""The kind table: every message kind, its wire code, and the body fields it must carry.
+
+Everything that decides whether a body is valid for a kind lives in this table, so a new
+kind or field is one row, not a new branch somewhere in a loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import BAD_TYPE, BAD_VALUE, MISSING_FIELD, UNKNOWN_KIND, ProtocolError
+
+NOTE_MAX = 80
+
+_NUM = (int, float)
+_ANY = object
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    types: type | tuple[type, ...]
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str
+    code: int
+    meaning: str
+    fields: tuple[Field, ...] = ()
+
+
+def _f(name: str, types: type | tuple[type, ...], required: bool = False) -> Field:
+    return Field(name, types, required)
+
+
+_ERR = (_f("code", str, True), _f("message", str, True))
+
+KINDS: tuple[Kind, ...] = (
+    # Negotiation and errors
+    Kind("hello", 1, "peer introduces itself: role, name, versions, features, slots, tools",
+         (_f("role", str, True), _f("versions", list, True), _f("name", str),
+          _f("codecs", list), _f("features", list), _f("slots", int), _f("tools", list),
+          _f("labels", dict), _f("host", str), _f("pid", int), _f("running", list))),
+    Kind("welcome", 2, "queen accepts a hello and states the negotiated terms",
+         (_f("version", int, True), _f("features", list, True), _f("hb_interval", _NUM, True),
+          _f("hb_misses", int, True), _f("assign_timeout", _NUM, True), _f("epoch", str, True),
+          _f("pub", str), _f("queen", str), _f("name", str))),
+    Kind("error", 3, "refusal or error: machine-readable code and a sentence", _ERR),
+    # Task lifecycle (IACP 1.1 kinds keep their meaning)
+    Kind("task.submit", 10, "client submits a task",
+         (_f("capability", str, True), _f("payload", _ANY), _f("priority", int),
+          _f("timeout", _NUM), _f("to", str), _f("labels", dict), _f("max_attempts", int),
+          _f("wait", _NUM))),
+    Kind("task.submitted", 11, "queen acknowledges a submission", (_f("task", str, True),)),
+    Kind("task.assign", 12, "queen assigns a task graph node to a forager",
+         (_f("node", str), _f("task", str), _f("attempt", int), _f("capability", str),
+          _f("payload", _ANY), _f("deadline", _NUM), _f("timeout", _NUM))),
+    Kind("task.accept", 13, "forager accepts an assign (ref = assign id)"),
+    Kind("task.reject", 14, "forager rejects an assign; reason required",
+         (_f("reason", str, True),)),
+    Kind("task.result", 15, "a result; partial results carry partial: true",
+         (_f("partial", bool), _f("status", str), _f("task", str), _f("seq", int),
+          _f("state", str), _f("error", dict), _f("attempt", int))),
+    Kind("task.cancel", 16, "cancel a task (client → queen) or an attempt (queen → forager)",
+         (_f("task", str),)),
+    Kind("task.progress", 17, "progress of a running task; renews its lease",
+         (_f("fraction", _NUM), _f("note", str), _f("task", str), _f("seq", int))),
+    Kind("task.status", 18, "ask for the state of one task", (_f("task", str, True),)),
+    Kind("task.state", 19, "the state of one task",
+         (_f("task", str, True), _f("state", str, True))),
+    Kind("task.batch", 20, "several task.result bodies in one message (negotiated: batch)",
+         (_f("results", list, True),)),
+    # Liveness, memory, tools, control
+    Kind("hb", 30, "heartbeat; body is the sender's registry record",
+         (_f("slots", int), _f("tools", list), _f("running", list), _f("in_flight", int))),
+    Kind("mem.sync", 31, "colony memory synchronisation"),
+    Kind("tool.query", 32, "which live foragers serve a tool", (_f("tool", str, True),)),
+    Kind("tool.reply", 33, "answer to tool.query",
+         (_f("tool", str, True), _f("foragers", list, True))),
+    Kind("ctl.drain", 34, "finish current tasks, accept nothing new"),
+    Kind("ctl.halt", 35, "stop immediately"),
+    Kind("status.query", 36, "ask the queen for its registry and queue depths"),
+    Kind("status.reply", 37, "registry and queue depths",
+         (_f("foragers", list, True), _f("queues", dict, True))),
+    # Peer-to-peer
+    Kind("broadcast", 40, "fan out to subscribers of a topic", (_f("topic", str, True),)),
+    Kind("msg", 41, "directed agent message, routed by name"),
+    Kind("note", 42, "one-line note, at most 80 characters", (_f("text", str, True),)),
+)
+
+BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
+BY_CODE: dict[int, Kind] = {k.code: k for k in KINDS}
+
+
+def kind_by_name(name: str) -> Kind:
+    try:
+        return BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ProtocolError(UNKNOWN_KIND, f"unknown message kind {name!r}") from None
+
+
+def kind_by_code(code: int) -> Kind:
+    try:
+        return BY_CODE[code]
+    except KeyError:
+        raise ProtocolError(UNKNOWN_KIND, f"unknown kind code {code}") from None
+
+
+def validate_body(kind: Kind, body: object) -> None:
+    """Check ``body`` against the kind's row. Unknown fields are ignored, never rejected."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ProtocolError(BAD_TYPE, f"{kind.name} body must be a map, not {type(body).__name__}")
+    for f in kind.fields:
+        if f.name not in body:
+            if f.required:
+                raise ProtocolError(MISSING_FIELD, f"{kind.name} body needs field {f.name!r}")
+            continue
+        value = body[f.name]
+        if f.types is _ANY:
+            continue
+        # bool is an int in Python; a flag must not pass as a count or the other way round.
+        if not isinstance(value, f.types) or (isinstance(value, bool) and f.types is not bool
+                                              and bool not in _as_tuple(f.types)):
+            raise ProtocolError(
+                BAD_TYPE, f"{kind.name} body field {f.name!r} has the wrong type "
+                f"({type(value).__name__})")
+    if kind.name == "note":
+        text = body["text"]
+        if len(text) > NOTE_MAX or "\n" in text or "\r" in text:
+            raise ProtocolError(BAD_VALUE, f"a note is one line of at most {NOTE_MAX} characters")
+
+
+def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
+    return t if isinstance(t, tuple) else (t,)

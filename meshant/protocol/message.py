@@ -1,0 +1,116 @@
+"""The IACP envelope as a small slotted object, message ids, and raw blobs."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from typing import Any
+
+from .kinds import kind_by_name, validate_body
+
+
+class Blob:
+    """A raw payload that travels as its own ZeroMQ frame, never re-encoded.
+
+    Wraps anything with the buffer protocol (``bytes``, ``memoryview``, a ``zmq.Frame``).
+    A body may hold ``Blob`` values anywhere; the binary codec moves their bytes into
+    trailing frames and leaves a reference in the body.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __bytes__(self) -> bytes:
+        return bytes(self.data)
+
+    def __len__(self) -> int:
+        return memoryview(self.data).nbytes
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Blob):
+            return bytes(self) == bytes(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(bytes(self))
+
+    def __repr__(self) -> str:
+        return f"Blob({len(self)} bytes)"
+
+
+class IdMaker:
+    """Unique message ids without coordination: a random per-process prefix and a counter."""
+
+    __slots__ = ("_next", "prefix")
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = prefix if prefix is not None else secrets.token_hex(6) + "-"
+        self._next = itertools.count(1).__next__
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{self._next():x}"
+
+
+new_id = IdMaker()
+
+
+class Message:
+    """One IACP message: ``v id from to kind ts ref body`` plus unknown envelope fields.
+
+    ``frm`` holds the ``from`` field (a Python keyword). ``to`` is a name or a list of
+    names. ``extra`` keeps envelope fields this version does not know, so they survive a
+    decode/encode round trip.
+    """
+
+    __slots__ = ("body", "extra", "frm", "id", "kind", "ref", "to", "ts", "v")
+
+    def __init__(
+        self,
+        kind: str,
+        body: dict[str, Any] | None = None,
+        *,
+        id: str | None = None,
+        frm: str = "",
+        to: str | list[str] = "",
+        ts: float = 0,
+        ref: str | None = None,
+        v: str = "2",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.v = v
+        self.id = id if id is not None else new_id()
+        self.frm = frm
+        self.to = to
+        self.kind = kind
+        self.ts = ts
+        self.ref = ref
+        self.body = body
+        self.extra = extra
+
+    def validate(self) -> Message:
+        """Check the kind is known and the body carries its required fields."""
+        validate_body(kind_by_name(self.kind), self.body)
+        return self
+
+    @property
+    def b(self) -> dict[str, Any]:
+        """The body, or an empty map when the message has none."""
+        return self.body if self.body is not None else {}
+
+    @property
+    def recipients(self) -> list[str]:
+        to = self.to
+        return list(to) if isinstance(to, list) else [to] if to else []
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Message({self.kind!r}, id={self.id!r}, frm={self.frm!r}, to={self.to!r}, "
+                f"ref={self.ref!r}, body={self.body!r})")

@@ -1,0 +1,567 @@
+"""The queen: binds a ROUTER and a PUB, registers peers, schedules tasks, relays results.
+
+Thin glue over :mod:`meshant.registry` and :mod:`meshant.scheduler`: one I/O thread owns
+both sockets and runs a ``zmq.Poller`` loop; every decision is made by the sans-IO objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from . import protocol as p
+from ._waker import Waker
+from .errors import MeshantError
+from .protocol.codec import BINARY, JSON
+from .registry import ACTIVE, DRAINING, Node, Registry
+from .scheduler import DuplicateTask, QueueFull, Scheduler, Task
+
+log = logging.getLogger("meshant.queen")
+
+# Error codes the queen answers with (besides the protocol's own).
+NOT_REGISTERED = "not-registered"
+NAME_TAKEN = "name-taken"
+QUEUE_FULL = "queue-full"
+DUPLICATE_TASK = "duplicate-task"
+UNKNOWN_RECIPIENT = "unknown-recipient"
+UNKNOWN_TASK = "unknown-task"
+NOT_YOURS = "not-yours"
+BAD_FROM = "bad-from"
+WRONG_ROLE = "wrong-role"
+TOO_MANY_PEERS = "too-many-peers"
+UNSUPPORTED = "unsupported"
+
+LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
+
+
+class Queen:
+    """The colony's orchestrator.
+
+    ``bind`` and ``pub`` are ZeroMQ endpoints (``tcp://127.0.0.1:0`` picks a free port;
+    the bound endpoints are in :attr:`endpoint` and :attr:`pub_endpoint` once started).
+    Use :meth:`run` to serve in the calling thread or :meth:`start`/:meth:`stop` to serve
+    from a background thread.
+    """
+
+    def __init__(
+        self,
+        bind: str = "tcp://127.0.0.1:5670",
+        pub: str = "tcp://127.0.0.1:5671",
+        *,
+        name: str = "queen",
+        assign_timeout: float = 300.0,
+        hb_interval: float = 1.0,
+        hb_misses: int = 5,
+        max_queue: int = 100_000,
+        max_message: int = 64 * 1024 * 1024,
+        max_peers: int = 10_000,
+        no_forager_wait: float = 30.0,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self.bind = bind
+        self.pub = pub
+        self.name = name
+        self.epoch = secrets.token_hex(8)
+        self.max_message = max_message
+        self.no_forager_wait = no_forager_wait
+        self.registry = Registry(hb_interval, hb_misses, max_peers)
+        self.scheduler = Scheduler(self.registry, assign_timeout=assign_timeout,
+                                   max_queue=max_queue, default_wait=no_forager_wait)
+        self.terms = p.QueenTerms(epoch=self.epoch, hb_interval=hb_interval,
+                                  hb_misses=hb_misses, assign_timeout=assign_timeout,
+                                  queen=name)
+        self.endpoint = ""
+        self.pub_endpoint = ""
+        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0}
+        self._ctx = context or zmq.Context.instance()
+        self._waker = Waker()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._started = 0.0
+        self._handlers: dict[str, Callable[[bytes, Node | None, p.Message, str, float], None]] = {
+            "hello": self._on_hello,
+            "hb": self._on_hb,
+            "task.submit": self._on_submit,
+            "task.accept": self._on_accept,
+            "task.reject": self._on_reject,
+            "task.progress": self._on_progress,
+            "task.result": self._on_result,
+            "task.batch": self._on_batch,
+            "task.cancel": self._on_cancel,
+            "task.status": self._on_task_status,
+            "status.query": self._on_status,
+            "tool.query": self._on_tool_query,
+            "msg": self._on_directed,
+            "note": self._on_directed,
+            "mem.sync": self._on_directed,
+            "broadcast": self._on_broadcast,
+        }
+
+    # -- running --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> Queen:
+        """Serve from a background thread; returns once bound (raises if binding failed)."""
+        self._thread = threading.Thread(target=self._run_guarded, name="meshant-queen",
+                                        daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise MeshantError(f"queen did not start within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run_guarded(self) -> None:
+        try:
+            self.run()
+        except BaseException as e:  # reported to start(); the thread must not die silently
+            self._error = e
+            self._ready.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the loop to stop and wait for it (when it runs in a background thread)."""
+        self._stop.set()
+        self._waker.wake()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def run(self) -> None:
+        """Bind and serve until :meth:`stop` is called (from any thread or a signal handler)."""
+        router = self._ctx.socket(zmq.ROUTER)
+        pub = self._ctx.socket(zmq.PUB)
+        try:
+            for s in (router, pub):
+                s.setsockopt(zmq.LINGER, 0)
+            router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            router.setsockopt(zmq.MAXMSGSIZE, self.max_message)
+            router.setsockopt(zmq.RCVHWM, 100_000)
+            router.setsockopt(zmq.SNDHWM, 100_000)
+            try:
+                router.bind(self.bind)
+                pub.bind(self.pub)
+            except zmq.ZMQError as e:
+                raise MeshantError(f"cannot bind {self.bind} / {self.pub}: {e.strerror}. "
+                                   "Is another queen running there? Pick free endpoints "
+                                   "with --bind/--pub.") from None
+            self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+            self.pub_endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
+            self.terms = dataclasses.replace(self.terms, pub=self.pub_endpoint)
+            self._router = router
+            self._pub = pub
+            self._started = time.monotonic()
+            self._ready.set()
+            self._loop(router)
+        finally:
+            router.close(0)
+            pub.close(0)
+            self._waker.close()
+
+    def _loop(self, router: zmq.Socket[Any]) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
+        sched = self.scheduler
+        tick_every = min(0.05, self.registry.hb_interval / 4)
+        next_tick = time.monotonic()
+        next_beat = next_tick
+        recv = router.recv_multipart
+        handle = self._handle
+        while not self._stop.is_set():
+            now = time.monotonic()
+            wait = max(0.0, min(next_tick, next_beat) - now)
+            events = dict(poller.poll(wait * 1000))
+            if router in events:
+                # Drain what is there without blocking, bounded so timers still run.
+                for _ in range(1000):
+                    try:
+                        frames = recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    handle(frames)
+            if self._waker.fd in events:
+                self._waker.drain()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + tick_every
+                for node in self.registry.expired(now):
+                    if node.role == "forager":
+                        sched.forager_lost(node, now, "forager went silent")
+                sched.tick(now)
+            if now >= next_beat:
+                next_beat = now + self.registry.hb_interval
+                self._beat()
+            if sched.dirty:
+                sched.dispatch(now)
+            if sched.out:
+                self._flush()
+
+    # -- input ----------------------------------------------------------------------------
+
+    def _handle(self, frames: list[bytes]) -> None:
+        identity = frames[0]
+        self.counters["messages"] += 1
+        try:
+            msg, codec = p.decode_any(frames[1:], max_frame=self.max_message)
+        except p.ProtocolError as e:
+            self.counters["protocol_errors"] += 1
+            codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
+            self._error_to(identity, codec, e.code, e.message, None)
+            return
+        node = self.registry.by_id.get(identity)
+        now = time.monotonic()
+        if node is not None:
+            node.last_seen = now
+            if msg.frm and msg.frm != node.name:
+                self._error_to(identity, codec, BAD_FROM,
+                               f"'from' is {msg.frm!r} but this peer registered as "
+                               f"{node.name!r}", msg.id)
+                return
+        handler = self._handlers.get(msg.kind)
+        if handler is None:
+            self._error_to(identity, codec, UNSUPPORTED,
+                           f"the queen does not accept {msg.kind!r} messages", msg.id)
+            return
+        if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
+            self._error_to(identity, codec, NOT_REGISTERED,
+                           "say hello first: this peer is not registered with the queen",
+                           msg.id)
+            return
+        handler(identity, node, msg, codec, now)
+
+    def _on_hello(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                  now: float) -> None:
+        body = msg.b
+        fallback = f"{body.get('role', 'peer')}-{identity.hex()[:8]}"
+        decision = p.negotiate(body, self.terms, fallback)
+        if isinstance(decision, p.Refusal):
+            self._error_to(identity, codec, decision.code, decision.reason, msg.id)
+            return
+        if self.registry.name_taken(decision.name, identity):
+            self.counters["protocol_errors"] += 1
+            self._error_to(identity, codec, NAME_TAKEN,
+                           f"the name {decision.name!r} is held by a live peer; choose another",
+                           msg.id)
+            return
+        if node is None and self.registry.full():
+            self._error_to(identity, codec, TOO_MANY_PEERS, "the queen has no room for more "
+                           "peers", msg.id)
+            return
+        new = Node(name=decision.name, identity=identity, role=decision.role, codec=codec,
+                   slots=decision.slots, tools=frozenset(decision.tools),
+                   labels=decision.labels, host=str(body.get("host", "")),
+                   pid=int(body.get("pid", 0)), version=decision.version,
+                   features=frozenset(decision.features))
+        self.registry.add(new, now)
+        if decision.role == "forager":
+            if node is not None:
+                self.scheduler.forager_rejoined(node, new, list(body.get("running", [])), now)
+            self.scheduler.forager_joined(new)
+        self._send(new, p.Message("welcome", decision.body(self.terms), ref=msg.id))
+
+    def _on_hb(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+               now: float) -> None:
+        body = msg.b
+        if node is None:
+            # An IACP 1.1 forager registers with its first heartbeat.
+            self._register_legacy(identity, msg, now)
+            return
+        if body.get("state") == "leaving":
+            self.registry.remove(node, now)
+            if node.role == "forager":
+                self.scheduler.forager_lost(node, now, "forager left")
+            return
+        if "load" in body and isinstance(body["load"], int | float):
+            node.load = float(body["load"])
+        running = body.get("running")
+        if running:
+            self.scheduler.renew(node, running, now)
+
+    def _register_legacy(self, identity: bytes, msg: p.Message, now: float) -> None:
+        body = msg.b
+        name = msg.frm
+        if not p.valid_name(name):
+            self._error_to(identity, JSON, "bad-name", f"name {name!r} is not allowed", msg.id)
+            return
+        if self.registry.name_taken(name, identity):
+            self._error_to(identity, JSON, NAME_TAKEN,
+                           f"the name {name!r} is held by a live peer", msg.id)
+            return
+        slots = body.get("slots", 1)
+        tools = body.get("tools", [])
+        if not isinstance(slots, int) or slots < 1 or not all(isinstance(t, str) for t in tools):
+            self._error_to(identity, JSON, "bad-hello",
+                           "hb body needs slots >= 1 and a list of tool names", msg.id)
+            return
+        new = Node(name=name, identity=identity, role="forager", codec=JSON, slots=slots,
+                   tools=frozenset(tools), labels=dict(body.get("labels") or {}),
+                   version=msg.v)
+        # 1.1 peers beat every 10 s; give them the same number of misses at that pace.
+        new.timeout = max(self.registry.timeout, LEGACY_HB_INTERVAL * self.registry.hb_misses)
+        self.registry.add(new, now)
+        self.scheduler.forager_joined(new)
+
+    def _on_submit(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        assert node is not None
+        body = msg.b
+        priority = body.get("priority", 50)
+        max_attempts = body.get("max_attempts", 3)
+        if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
+            self._error_to(identity, codec, "bad-value",
+                           "priority must be 0-99 and max_attempts 1-100", msg.id)
+            return
+        timeout = body.get("timeout")
+        wait = body.get("wait", self.no_forager_wait)
+        if (timeout is not None and timeout <= 0) or wait < 0:
+            self._error_to(identity, codec, "bad-value", "timeout must be > 0 and wait >= 0",
+                           msg.id)
+            return
+        task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
+                    client=identity, client_name=node.name, priority=priority,
+                    timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
+                    max_attempts=max_attempts, wait=wait)
+        try:
+            self.scheduler.submit(task, now)
+        except QueueFull as e:
+            self._error_to(identity, codec, QUEUE_FULL, f"queue full: {e}", msg.id)
+            return
+        except DuplicateTask:
+            self._error_to(identity, codec, DUPLICATE_TASK,
+                           f"a task with id {msg.id!r} already exists", msg.id)
+            return
+        self._send(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _attempt(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                 ref: str | None) -> Any:
+        assert node is not None
+        verdict, att = self.scheduler.lookup(node, ref)
+        if verdict == "ok":
+            return att
+        if verdict == "duplicate":
+            return None
+        self.counters["protocol_errors"] += 1
+        if verdict == "foreign":
+            self._error_to(identity, codec, NOT_YOURS,
+                           f"assign {ref!r} belongs to another forager", msg.id)
+        else:
+            self.scheduler.counters["unknown_results"] += 1
+            self._error_to(identity, codec, UNKNOWN_TASK,
+                           f"no assign {ref!r} is known for this forager", msg.id)
+        return None
+
+    def _on_accept(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.accept(att, now)
+
+    def _on_reject(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.reject(att, msg.b["reason"], now)
+        else:
+            self._release(node, msg.ref)
+
+    def _on_progress(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                     now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.progress(att, msg.b, now)
+
+    def _on_result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        self._result(identity, node, msg, codec, msg.ref, msg.b, now)
+
+    def _result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                ref: str | None, body: dict[str, Any], now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, ref)
+        if att is not None:
+            self.scheduler.result(att, body, now)
+        elif not body.get("partial"):
+            self._release(node, ref)
+
+    def _release(self, node: Node | None, ref: str | None) -> None:
+        att = self.scheduler.attempts.get(ref) if ref is not None else None
+        if att is None or node is None or att.node.name != node.name or att.live:
+            return
+        # A final answer for an abandoned attempt: count it unless it was an expected
+        # cancellation, and free the slot it was holding.
+        if att.task.state != "cancelled":
+            self.scheduler.counters["duplicates"] += 1
+        self.scheduler.release(att)
+
+    def _on_batch(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                  now: float) -> None:
+        for item in msg.b["results"]:
+            if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
+                self.counters["protocol_errors"] += 1
+                self._error_to(identity, codec, "bad-type",
+                               "each batched result must be a map with a 'ref'", msg.id)
+                continue
+            self._result(identity, node, msg, codec, item["ref"], item, now)
+
+    def _on_cancel(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        task_id = msg.b.get("task") or msg.ref
+        task = self.scheduler.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None or task.client != identity:
+            self._error_to(identity, codec, UNKNOWN_TASK,
+                           f"no running task {task_id!r} submitted by this client", msg.id)
+            return
+        self.scheduler.cancel(task.id, now)
+
+    def _on_task_status(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                        now: float) -> None:
+        assert node is not None
+        task = self.scheduler.find(msg.b["task"])
+        if task is None:
+            self._error_to(identity, codec, UNKNOWN_TASK, f"no task {msg.b['task']!r}", msg.id)
+            return
+        self._send(node, p.Message("task.state", {
+            "task": task.id, "state": task.state, "attempt": task.attempt,
+            "capability": task.capability, "priority": task.priority,
+            "forager": task.current.node.name if task.current else None,
+            "age": round(now - task.submitted, 3),
+            "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
+        }, ref=msg.id))
+
+    def status(self) -> dict[str, Any]:
+        """Registry, queue depths and counters (what ``meshant status`` shows)."""
+        now = time.monotonic()
+        foragers = [n.record(now) for n in self.registry.foragers()]
+        return {
+            "queen": {"name": self.name, "epoch": self.epoch, "endpoint": self.endpoint,
+                      "pub": self.pub_endpoint, "pid": os.getpid(),
+                      "host": socket.gethostname(),
+                      "uptime": round(now - self._started, 3),
+                      "assign_timeout": self.scheduler.assign_timeout,
+                      "hb_interval": self.registry.hb_interval,
+                      "hb_misses": self.registry.hb_misses},
+            "foragers": foragers,
+            "clients": sum(1 for n in self.registry.by_id.values() if n.role == "client"),
+            "queues": self.scheduler.depths(),
+            "queued": self.scheduler.queued,
+            "running": sum(len(n.in_flight) for n in self.registry.foragers()),
+            "counters": {**self.scheduler.counters, **self.counters},
+            "recently_gone": list(self.registry.gone)[-10:],
+        }
+
+    def _on_status(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        assert node is not None
+        self._send(node, p.Message("status.reply", self.status(), ref=msg.id))
+
+    def _on_tool_query(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                       now: float) -> None:
+        assert node is not None
+        tool = msg.b["tool"]
+        foragers = [{"name": n.name, "slots": n.slots, "in_flight": len(n.in_flight),
+                     "labels": n.labels, "state": n.state}
+                    for n in self.registry.serving(tool)]
+        self._send(node, p.Message("tool.reply", {"tool": tool, "foragers": foragers},
+                                   ref=msg.id))
+
+    def _on_directed(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                     now: float) -> None:
+        assert node is not None
+        names = msg.recipients
+        missing = [n for n in names if n not in self.registry.by_name]
+        if not names or missing:
+            self._error_to(identity, codec, UNKNOWN_RECIPIENT,
+                           f"no live peer named {', '.join(missing) or '(none given)'}", msg.id)
+            return
+        for name in names:
+            target = self.registry.by_name[name]
+            out = p.Message(msg.kind, msg.body, id=msg.id, frm=node.name, to=name, ts=msg.ts,
+                            ref=msg.ref, extra=msg.extra)
+            self._send(target, out)
+
+    def _on_broadcast(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                      now: float) -> None:
+        assert node is not None
+        topic = msg.b["topic"]
+        out = p.Message("broadcast", msg.body, id=msg.id, frm=node.name, ts=msg.ts)
+        # One send on PUB reaches every subscriber; "u." keeps user topics apart from ours.
+        self._pub.send_multipart([b"u." + topic.encode(), *p.binary.encode(out)])
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        hb = p.Message("hb", {"epoch": self.epoch, "queen": self.name,
+                              "interval": self.registry.hb_interval},
+                       frm=self.name, ts=time.time())
+        self._pub.send_multipart([b"$hb", *p.binary.encode(hb)])
+
+    def _flush(self) -> None:
+        out = self.scheduler.out
+        self.scheduler.out = []
+        wall = time.time()
+        mono = time.monotonic()
+        for action in out:
+            what = action[0]
+            if what == "assign":
+                node, att = action[1], action[2]
+                task = att.task
+                body: dict[str, Any] = {"task": task.id, "attempt": att.number,
+                                        "capability": task.capability, "payload": task.payload}
+                if task.deadline is not None:
+                    left = task.deadline - mono
+                    body["timeout"] = left
+                    body["deadline"] = wall + left
+                if node.codec == JSON:
+                    body["node"] = task.id
+                self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
+                                           ts=wall))
+            elif what == "cancel":
+                node, att = action[1], action[2]
+                self._send(node, p.Message("task.cancel", {"task": att.task.id}, to=node.name,
+                                           ref=att.id, ts=wall))
+            else:
+                task, kind, body = action[1], action[2], action[3]
+                self._send_to(task.client, BINARY,
+                              p.Message(kind, body, to=task.client_name, ref=task.id, ts=wall))
+
+    def _send(self, node: Node, msg: p.Message) -> None:
+        if not msg.frm:
+            msg.frm = self.name
+        if not msg.to:
+            msg.to = node.name
+        self._send_to(node.identity, node.codec, msg)
+
+    def _send_to(self, identity: bytes, codec: str, msg: p.Message) -> None:
+        if not msg.frm:
+            msg.frm = self.name
+        if not msg.ts:
+            msg.ts = time.time()
+        try:
+            frames = p.encode_for(msg, codec)
+        except p.ProtocolError as e:
+            log.warning("cannot encode %s for peer: %s", msg.kind, e)
+            return
+        try:
+            self._router.send_multipart([identity, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            # Peer gone (ROUTER_MANDATORY) or its pipe full: never block the loop.
+            self.counters["dropped_sends"] += 1
+
+    def _error_to(self, identity: bytes, codec: str, code: str, message: str,
+                  ref: str | None) -> None:
+        self._send_to(identity, codec, p.Message("error", {"code": code, "message": message},
+                                                 ref=ref))
+
+
+__all__ = ["ACTIVE", "DRAINING", "Queen"]

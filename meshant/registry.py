@@ -1,0 +1,132 @@
+"""The node registry: who is connected, what they serve, and whether they are alive.
+
+Sans-IO: a peer is keyed by its ROUTER identity (bytes); time is always passed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .scheduler import Attempt
+
+ACTIVE = "active"
+DRAINING = "draining"
+OFFLINE = "offline"
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One registered peer: a forager or a client."""
+
+    name: str
+    identity: bytes
+    role: str
+    codec: str
+    slots: int = 0
+    tools: frozenset[str] = frozenset()
+    labels: dict[str, Any] = field(default_factory=dict)
+    host: str = ""
+    pid: int = 0
+    version: int | str = 2
+    features: frozenset[str] = frozenset()
+    joined: float = 0.0
+    last_seen: float = 0.0
+    state: str = ACTIVE
+    in_flight: dict[str, Attempt] = field(default_factory=dict)
+    load: float | None = None
+    timeout: float = 0.0
+
+    @property
+    def free(self) -> int:
+        return self.slots - len(self.in_flight) if self.state == ACTIVE else 0
+
+    def record(self, now: float) -> dict[str, Any]:
+        """The registry record as shown by ``status`` and ``tool.reply``."""
+        return {
+            "name": self.name,
+            "role": self.role,
+            "state": self.state,
+            "slots": self.slots,
+            "in_flight": len(self.in_flight),
+            "tools": sorted(self.tools),
+            "labels": self.labels,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "codec": self.codec,
+            "features": sorted(self.features),
+            "last_seen_age": round(max(0.0, now - self.last_seen), 3),
+        }
+
+
+class Registry:
+    """Peers by identity and by name, with a liveness deadline of ``interval * misses``."""
+
+    def __init__(self, hb_interval: float = 1.0, hb_misses: int = 5, max_peers: int = 10_000):
+        self.hb_interval = hb_interval
+        self.hb_misses = hb_misses
+        self.max_peers = max_peers
+        self.by_id: dict[bytes, Node] = {}
+        self.by_name: dict[str, Node] = {}
+        self.by_tool: dict[str, set[str]] = {}
+        self.gone: deque[dict[str, Any]] = deque(maxlen=64)
+
+    @property
+    def timeout(self) -> float:
+        return self.hb_interval * self.hb_misses
+
+    def get(self, identity: bytes) -> Node | None:
+        return self.by_id.get(identity)
+
+    def name_taken(self, name: str, identity: bytes) -> bool:
+        held = self.by_name.get(name)
+        return held is not None and held.identity != identity
+
+    def full(self) -> bool:
+        return len(self.by_id) >= self.max_peers
+
+    def add(self, node: Node, now: float) -> Node:
+        """Register ``node``; a peer saying hello again on the same identity is replaced."""
+        old = self.by_id.get(node.identity)
+        if old is not None:
+            self._unlink(old)
+        node.joined = node.last_seen = now
+        self.by_id[node.identity] = node
+        self.by_name[node.name] = node
+        for t in node.tools:
+            self.by_tool.setdefault(t, set()).add(node.name)
+        return node
+
+    def _unlink(self, node: Node) -> None:
+        self.by_id.pop(node.identity, None)
+        if self.by_name.get(node.name) is node:
+            del self.by_name[node.name]
+        for t in node.tools:
+            names = self.by_tool.get(t)
+            if names is not None:
+                names.discard(node.name)
+                if not names:
+                    del self.by_tool[t]
+
+    def remove(self, node: Node, now: float) -> None:
+        node.state = OFFLINE
+        self._unlink(node)
+        self.gone.append(node.record(now))
+
+    def expired(self, now: float) -> list[Node]:
+        """Nodes not heard from within the liveness timeout; each is reported once."""
+        default = self.timeout
+        dead = [n for n in self.by_id.values()
+                if now - n.last_seen > (n.timeout or default)]
+        for n in dead:
+            self.remove(n, now)
+        return dead
+
+    def foragers(self) -> list[Node]:
+        return [n for n in self.by_id.values() if n.role == "forager"]
+
+    def serving(self, tool: str) -> list[Node]:
+        return [self.by_name[n] for n in self.by_tool.get(tool, ())]

@@ -1,0 +1,453 @@
+"""The queen's scheduler: priority queues, capability routing, slot credits, leases, fencing.
+
+Sans-IO. The queen feeds it events with the current monotonic time and drains ``out``,
+a list of actions to put on the wire:
+
+* ``("assign", node, attempt)``  — send ``task.assign`` for ``attempt`` to ``node``
+* ``("cancel", node, attempt)``  — send ``task.cancel`` for an abandoned attempt
+* ``("deliver", task, kind, body)`` — send ``kind`` (progress, partial or final result)
+  to the task's submitter
+
+Each task's lifecycle is the table ``TRANSITIONS``; every state change goes through
+``_move`` so an illegal one is a bug that shows, not a silent corruption.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .registry import ACTIVE, Node, Registry
+
+QUEUED = "queued"
+ASSIGNED = "assigned"
+ACCEPTED = "accepted"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({ASSIGNED, FAILED, CANCELLED}),
+    ASSIGNED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
+    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED}),
+    COMPLETED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+# Failure codes carried in a failed task's error, stable for scripts.
+E_HANDLER = "handler-error"
+E_REJECTED = "rejected"
+E_ATTEMPTS = "attempts-exhausted"
+E_DEADLINE = "deadline-exceeded"
+E_NO_FORAGER = "no-forager"
+
+
+class QueueFull(Exception):
+    """The queen holds as many queued tasks as it is allowed to."""
+
+
+class DuplicateTask(Exception):
+    """A task with this id is already known."""
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    id: str
+    capability: str
+    payload: Any = None
+    client: bytes = b""
+    client_name: str = ""
+    priority: int = 50
+    timeout: float | None = None
+    to: str | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    wait: float = 30.0
+    state: str = QUEUED
+    attempt: int = 0
+    tries: int = 0
+    seq: int = 0
+    order: int = 0
+    submitted: float = 0.0
+    deadline: float | None = None
+    current: Attempt | None = None
+    avoid: set[bytes] = field(default_factory=set)
+    rejected: set[bytes] = field(default_factory=set)
+    reasons: list[str] = field(default_factory=list)
+    history: list[tuple[float, str, str]] = field(default_factory=list)
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    id: str
+    task: Task
+    node: Node
+    number: int
+    lease: float
+    live: bool = True
+
+
+class Scheduler:
+    """Queues, assignment and the task lifecycle. All times are the queen's monotonic clock."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        assign_timeout: float = 300.0,
+        max_queue: int = 100_000,
+        keep_done: int = 10_000,
+        default_wait: float = 30.0,
+    ) -> None:
+        self.registry = registry
+        self.assign_timeout = assign_timeout
+        self.max_queue = max_queue
+        self.keep_done = keep_done
+        self.default_wait = default_wait
+        self.tasks: dict[str, Task] = {}
+        self.done: OrderedDict[str, Task] = OrderedDict()
+        self.attempts: dict[str, Attempt] = {}
+        self.queues: dict[str, list[tuple[int, int, str]]] = {}
+        self.queued = 0
+        self.timers: list[tuple[float, int, str, str]] = []
+        self.out: list[tuple[Any, ...]] = []
+        self.counters: dict[str, int] = {
+            "submitted": 0, "completed": 0, "failed": 0, "cancelled": 0, "reissued": 0,
+            "rejected": 0, "duplicates": 0, "unknown_results": 0,
+        }
+        self._order = itertools.count()
+        self._timer_n = itertools.count()
+        self.dirty = False
+
+    # -- lifecycle plumbing ---------------------------------------------------------------
+
+    def _move(self, task: Task, state: str, now: float, why: str = "") -> None:
+        if state not in TRANSITIONS[task.state]:
+            raise RuntimeError(f"illegal task transition {task.state} -> {state} ({task.id})")
+        task.state = state
+        task.history.append((now, state, why))
+
+    def _enqueue(self, task: Task) -> None:
+        heapq.heappush(self.queues.setdefault(task.capability, []),
+                       (task.priority, task.order, task.id))
+        self.queued += 1
+        self.dirty = True
+
+    def _timer(self, when: float, task: Task, what: str) -> None:
+        heapq.heappush(self.timers, (when, next(self._timer_n), task.id, what))
+
+    def _finish(self, task: Task, state: str, now: float, body: dict[str, Any]) -> None:
+        """Make ``task`` final and emit its one and only final result."""
+        if task.state == QUEUED:
+            self.queued -= 1
+        self._move(task, state, now, body.get("error", {}).get("code", "") if state == FAILED
+                   else "")
+        self.counters[state] += 1
+        body["task"] = task.id
+        body["state"] = state
+        body["attempt"] = task.attempt
+        body["seq"] = task.next_seq()
+        self.out.append(("deliver", task, "task.result", body))
+        del self.tasks[task.id]
+        self.done[task.id] = task
+        while len(self.done) > self.keep_done:
+            old_id, old = self.done.popitem(last=False)
+            for n in range(1, old.attempt + 1):
+                self.attempts.pop(f"{old_id}.{n}", None)
+
+    def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
+        self._abandon(task, now, cancel=True)
+        self._finish(task, FAILED, now, {"error": {"code": code, "message": message, **extra}})
+
+    def _abandon(self, task: Task, now: float, *, cancel: bool) -> None:
+        """Fence off the task's current attempt: its result will be a duplicate from now on."""
+        att = task.current
+        if att is None:
+            return
+        task.current = None
+        att.live = False
+        att.node.in_flight.pop(att.id, None)
+        self.dirty = True
+        if cancel and att.node.state == ACTIVE:
+            self.out.append(("cancel", att.node, att))
+
+    # -- events in ------------------------------------------------------------------------
+
+    def submit(self, task: Task, now: float) -> Task:
+        """Queue a new task. Raises QueueFull or DuplicateTask and changes nothing then."""
+        if task.id in self.tasks or task.id in self.done:
+            raise DuplicateTask(task.id)
+        if self.queued >= self.max_queue:
+            raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
+        task.order = next(self._order)
+        task.submitted = now
+        task.history.append((now, QUEUED, "submitted"))
+        self.tasks[task.id] = task
+        self.counters["submitted"] += 1
+        if task.timeout is not None:
+            task.deadline = now + task.timeout
+            self._timer(task.deadline, task, "deadline")
+        self._timer(now + task.wait, task, "wait")
+        self._enqueue(task)
+        return task
+
+    def cancel(self, task_id: str, now: float) -> Task | None:
+        """Cancel at once if queued; best effort (cancel sent to the forager) if assigned."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            return None
+        self._abandon_keep_slot(task)
+        self._finish(task, CANCELLED, now, {"error": {"code": "cancelled",
+                                                      "message": "cancelled by the client"}})
+        return task
+
+    def _abandon_keep_slot(self, task: Task) -> None:
+        # A cancelled attempt may still be running: its slot stays taken until the forager
+        # answers or the lease runs out, so the forager is never given more than its slots.
+        att = task.current
+        if att is None:
+            return
+        task.current = None
+        att.live = False
+        if att.node.state == ACTIVE:
+            self.out.append(("cancel", att.node, att))
+
+    def lookup(self, node: Node, ref: str | None) -> tuple[str, Attempt | None]:
+        """Classify a forager's message about an assign: ok, duplicate, foreign, unknown."""
+        att = self.attempts.get(ref) if ref is not None else None
+        if att is None:
+            return "unknown", None
+        if att.node is not node and att.node.name != node.name:
+            return "foreign", att
+        if not att.live or att.task.current is not att:
+            return "duplicate", att
+        return "ok", att
+
+    def accept(self, att: Attempt, now: float) -> None:
+        att.lease = now + self.assign_timeout
+        if att.task.state == ASSIGNED:
+            self._move(att.task, ACCEPTED, now, att.node.name)
+
+    def reject(self, att: Attempt, reason: str, now: float) -> None:
+        task = att.task
+        self.counters["rejected"] += 1
+        task.avoid.add(att.node.identity)
+        task.rejected.add(att.node.identity)
+        task.reasons.append(f"{att.node.name}: {reason}")
+        self._abandon(task, now, cancel=False)
+        self._move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
+        self._enqueue(task)
+
+    def progress(self, att: Attempt, body: dict[str, Any], now: float) -> None:
+        att.lease = now + self.assign_timeout
+        task = att.task
+        out = {"task": task.id, "seq": task.next_seq()}
+        for k in ("fraction", "note"):
+            if k in body:
+                out[k] = body[k]
+        self.out.append(("deliver", task, "task.progress", out))
+
+    def result(self, att: Attempt, body: dict[str, Any], now: float) -> None:
+        """A result for the current attempt: partial (relayed) or final (delivered once)."""
+        task = att.task
+        if body.get("partial"):
+            att.lease = now + self.assign_timeout
+            self.out.append(("deliver", task, "task.result",
+                             {"task": task.id, "seq": task.next_seq(), "partial": True,
+                              "value": body.get("value")}))
+            return
+        self._abandon(task, now, cancel=False)
+        status = body.get("status", "ok")
+        if status == "ok":
+            self._finish(task, COMPLETED, now, {"result": body.get("result")})
+        else:
+            err = body.get("error") if isinstance(body.get("error"), dict) else {}
+            self._finish(task, FAILED, now, {"error": {
+                "code": E_HANDLER if status == "error" else str(status),
+                "type": str(err.get("type", "Error")),
+                "message": str(err.get("message", "")),
+                "forager": att.node.name,
+            }})
+
+    def release(self, att: Attempt) -> None:
+        """A forager finished an abandoned attempt: free its slot."""
+        if att.node.in_flight.pop(att.id, None) is not None:
+            self.dirty = True
+
+    def renew(self, node: Node, refs: list[Any], now: float) -> None:
+        """A heartbeat listing the attempts a forager is running renews their leases."""
+        lease = now + self.assign_timeout
+        for ref in refs:
+            att = node.in_flight.get(ref) if isinstance(ref, str) else None
+            if att is not None:
+                att.lease = lease
+
+    def forager_joined(self, node: Node) -> None:
+        self.dirty = True
+
+    def forager_rejoined(self, old: Node, new: Node, running: list[Any], now: float) -> None:
+        """A forager said hello again: adopt the attempts it still runs, reissue the rest."""
+        keep = {r for r in running if isinstance(r, str)}
+        for att in list(old.in_flight.values()):
+            old.in_flight.pop(att.id, None)
+            if att.id in keep and len(new.in_flight) < new.slots:
+                att.node = new
+                new.in_flight[att.id] = att
+                att.lease = now + self.assign_timeout
+            elif att.live and att.task.current is att:
+                self._reissue(att.task, now, f"{new.name} restarted without it", avoid=False)
+        self.dirty = True
+
+    def forager_lost(self, node: Node, now: float, why: str = "forager lost") -> None:
+        """Reissue everything a vanished forager was running."""
+        for att in list(node.in_flight.values()):
+            node.in_flight.pop(att.id, None)
+            if att.live and att.task.current is att:
+                self._reissue(att.task, now, f"{why}: {node.name}")
+        self.dirty = True
+
+    def _reissue(self, task: Task, now: float, why: str, *, avoid: bool = True) -> None:
+        task.tries += 1
+        old = task.current
+        if old is not None and avoid:
+            # By identity, not name: a hung forager keeps its connection and is avoided,
+            # while a restarted one connects afresh and may take the task again.
+            task.avoid.add(old.node.identity)
+        if task.tries >= task.max_attempts:
+            self._fail(task, now, E_ATTEMPTS,
+                       f"gave up after {task.tries} attempts; last: {why}", reasons=task.reasons)
+            return
+        self._abandon(task, now, cancel=True)
+        self.counters["reissued"] += 1
+        task.reasons.append(why)
+        self._move(task, QUEUED, now, why)
+        self._enqueue(task)
+
+    def tick(self, now: float) -> None:
+        """Expire leases, enforce deadlines and the wait for a capable forager."""
+        for node in self.registry.foragers():
+            for att in list(node.in_flight.values()):
+                if att.lease <= now:
+                    if att.live and att.task.current is att:
+                        self._reissue(att.task, now, f"assign timeout on {node.name}")
+                    else:
+                        node.in_flight.pop(att.id, None)
+                        self.dirty = True
+        timers = self.timers
+        while timers and timers[0][0] <= now:
+            _, _, task_id, what = heapq.heappop(timers)
+            task = self.tasks.get(task_id)
+            if task is None:
+                continue
+            if what == "deadline":
+                self._fail(task, now, E_DEADLINE,
+                           f"the task ran past its timeout of {task.timeout:g} s")
+            elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
+                who = f"forager {task.to!r} with " if task.to else "forager offers "
+                self._fail(task, now, E_NO_FORAGER,
+                           f"no {who}capability {task.capability!r} joined within "
+                           f"{task.wait:g} s")
+
+    def _anyone_serves(self, task: Task) -> bool:
+        for node in self.registry.serving(task.capability):
+            if task.to and node.name != task.to:
+                continue
+            if task.labels and any(node.labels.get(k) != v for k, v in task.labels.items()):
+                continue
+            return True
+        return False
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def _pick(self, task: Task) -> Node | None:
+        best: Node | None = None
+        best_load = 2.0
+        by_name = self.registry.by_name
+        names = self.registry.by_tool.get(task.capability, ())
+        if task.to is not None:
+            names = (task.to,) if task.to in names else ()
+        for name in names:
+            node = by_name[name]
+            if node.state != ACTIVE or node.identity in task.avoid:
+                continue
+            busy = len(node.in_flight)
+            if busy >= node.slots:
+                continue
+            if task.labels and any(node.labels.get(k) != v for k, v in task.labels.items()):
+                continue
+            load = busy / node.slots
+            if load < best_load:
+                best, best_load = node, load
+                if busy == 0:
+                    break
+        return best
+
+    def _has_capacity(self, capability: str) -> bool:
+        by_name = self.registry.by_name
+        return any(by_name[n].free > 0 for n in self.registry.by_tool.get(capability, ()))
+
+    def _all_rejected(self, task: Task) -> bool:
+        names = self.registry.by_tool.get(task.capability, set())
+        if task.to is not None:
+            names = {task.to} & names
+        by_name = self.registry.by_name
+        return bool(names) and all(by_name[n].identity in task.rejected for n in names)
+
+    def dispatch(self, now: float, scan_limit: int = 256) -> int:
+        """Assign queued tasks to free capable foragers. Returns how many were assigned."""
+        self.dirty = False
+        assigned = 0
+        for cap, heap in list(self.queues.items()):
+            skipped: list[tuple[int, int, str]] = []
+            while heap and len(skipped) < scan_limit and self._has_capacity(cap):
+                entry = heapq.heappop(heap)
+                task = self.tasks.get(entry[2])
+                if task is None or task.state != QUEUED or task.order != entry[1]:
+                    continue
+                node = self._pick(task)
+                if node is None:
+                    if self._all_rejected(task):
+                        self._fail(task, now, E_REJECTED, "rejected by every capable forager: "
+                                   + "; ".join(task.reasons), reasons=task.reasons)
+                    else:
+                        skipped.append(entry)
+                    continue
+                self.queued -= 1
+                self._assign(task, node, now)
+                assigned += 1
+            for entry in skipped:
+                heapq.heappush(heap, entry)
+            if not heap:
+                del self.queues[cap]
+        return assigned
+
+    def _assign(self, task: Task, node: Node, now: float) -> None:
+        task.attempt += 1
+        att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
+                      now + self.assign_timeout)
+        task.current = att
+        node.in_flight[att.id] = att
+        self.attempts[att.id] = att
+        self._move(task, ASSIGNED, now, node.name)
+        self.out.append(("assign", node, att))
+
+    # -- queries --------------------------------------------------------------------------
+
+    def depths(self) -> dict[str, int]:
+        depth: dict[str, int] = {}
+        for t in self.tasks.values():
+            if t.state == QUEUED:
+                depth[t.capability] = depth.get(t.capability, 0) + 1
+        return depth
+
+    def find(self, task_id: str) -> Task | None:
+        return self.tasks.get(task_id) or self.done.get(task_id)

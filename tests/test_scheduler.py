@@ -1,0 +1,308 @@
+"""The scheduler and registry, driven deterministically with an injected clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from meshant.registry import Node, Registry
+from meshant.scheduler import (
+    COMPLETED,
+    FAILED,
+    QUEUED,
+    TRANSITIONS,
+    DuplicateTask,
+    QueueFull,
+    Scheduler,
+    Task,
+)
+
+
+class Colony:
+    """A registry and a scheduler with helpers to add foragers and read what was sent."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.reg = Registry(hb_interval=1.0, hb_misses=3)
+        self.s = Scheduler(self.reg, assign_timeout=kw.pop("assign_timeout", 10.0), **kw)
+        self.now = 0.0
+
+    def forager(self, name: str, slots: int = 1, tools: tuple[str, ...] = ("echo",),
+                labels: dict[str, Any] | None = None, identity: bytes | None = None) -> Node:
+        node = Node(name=name, identity=identity or name.encode(), role="forager", codec="iacp2",
+                    slots=slots, tools=frozenset(tools), labels=labels or {})
+        self.reg.add(node, self.now)
+        self.s.forager_joined(node)
+        return node
+
+    def submit(self, tid: str, cap: str = "echo", **kw: Any) -> Task:
+        return self.s.submit(Task(id=tid, capability=cap, client=b"c", **kw), self.now)
+
+    def step(self, dt: float = 0.0) -> list[tuple[Any, ...]]:
+        self.now += dt
+        self.s.tick(self.now)
+        self.s.dispatch(self.now)
+        out, self.s.out = self.s.out, []
+        return out
+
+    @staticmethod
+    def assigns(out: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+        return [(a[1].name, a[2].task.id) for a in out if a[0] == "assign"]
+
+    @staticmethod
+    def finals(out: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        return [a[3] for a in out if a[0] == "deliver" and a[2] == "task.result"
+                and not a[3].get("partial")]
+
+
+def test_priority_then_fifo() -> None:
+    c = Colony()
+    for tid, prio in [("a", 50), ("b", 10), ("c", 50), ("d", 0), ("e", 10)]:
+        c.submit(tid, priority=prio)
+    f = c.forager("f1", slots=1)
+    order = []
+    for _ in range(5):
+        out = c.step()
+        (name, tid), = c.assigns(out)
+        order.append(tid)
+        att = f.in_flight[f"{tid}.1"]
+        c.s.result(att, {"status": "ok", "result": tid}, c.now)
+    assert order == ["d", "b", "e", "a", "c"]
+
+
+def test_slots_never_exceeded_and_least_loaded() -> None:
+    c = Colony()
+    f1 = c.forager("f1", slots=2)
+    f2 = c.forager("f2", slots=3)
+    for i in range(20):
+        c.submit(f"t{i}")
+    out = c.step()
+    names = [n for n, _ in c.assigns(out)]
+    assert len(f1.in_flight) == 2 and len(f2.in_flight) == 3
+    assert names.count("f1") == 2 and names.count("f2") == 3
+    assert c.s.queued == 15
+    # Nothing more is assigned until a slot frees.
+    assert c.assigns(c.step()) == []
+    att = next(iter(f1.in_flight.values()))
+    c.s.result(att, {"status": "ok"}, c.now)
+    assert [n for n, _ in c.assigns(c.step())] == ["f1"]
+
+
+def test_routing_by_capability_labels_and_name() -> None:
+    c = Colony()
+    c.forager("cpu", slots=5, tools=("echo", "crawl"), labels={"gpu": False})
+    c.forager("gpu", slots=5, tools=("echo",), labels={"gpu": True})
+    c.submit("crawl1", "crawl")
+    c.submit("needs-gpu", labels={"gpu": True})
+    c.submit("named", to="cpu")
+    got = dict((tid, n) for n, tid in c.assigns(c.step()))
+    assert got == {"crawl1": "cpu", "needs-gpu": "gpu", "named": "cpu"}
+
+
+def test_reject_goes_to_another_forager_and_all_rejected_fails() -> None:
+    c = Colony()
+    f1 = c.forager("f1", slots=2)
+    f2 = c.forager("f2", slots=1)
+    c.submit("blocker", to="f2")
+    c.submit("t")
+    assert sorted(c.assigns(c.step())) == [("f1", "t"), ("f2", "blocker")]
+    c.s.reject(f1.in_flight["t.1"], "busy elsewhere", c.now)
+    assert c.assigns(c.step()) == []  # f1 has room but is skipped; f2 is full
+    c.s.result(f2.in_flight["blocker.1"], {"status": "ok"}, c.now)
+    assert c.assigns(c.step()) == [("f2", "t")]
+    c.s.reject(f2.in_flight["t.2"], "no thanks", c.now)
+    out = c.step()
+    (final,) = c.finals(out)
+    assert final["state"] == FAILED and final["error"]["code"] == "rejected"
+    assert "no thanks" in final["error"]["message"]
+
+
+def test_lease_expiry_reissues_to_a_different_forager_and_fences_the_old_attempt() -> None:
+    c = Colony(assign_timeout=5.0)
+    f1 = c.forager("f1")
+    c.submit("t")
+    assert c.assigns(c.step()) == [("f1", "t")]
+    old = f1.in_flight["t.1"]
+    f2 = c.forager("f2")
+    out = c.step(5.1)
+    assert ("cancel", f1, old) in out
+    assert c.assigns(out) == [("f2", "t")]
+    # The old attempt's late result is a duplicate; the current one is delivered once.
+    verdict, att = c.s.lookup(f1, "t.1")
+    assert verdict == "duplicate"
+    verdict, att = c.s.lookup(f2, "t.2")
+    assert verdict == "ok"
+    c.s.result(att, {"status": "ok", "result": 42}, c.now)
+    (final,) = c.finals(c.step())
+    assert final["state"] == COMPLETED and final["result"] == 42 and final["attempt"] == 2
+    assert c.s.lookup(f2, "t.2")[0] == "duplicate"
+
+
+def test_progress_and_heartbeat_renew_the_lease() -> None:
+    c = Colony(assign_timeout=5.0)
+    f1 = c.forager("f1")
+    c.forager("f2")
+    c.submit("t")
+    c.step()
+    node = f1 if "t.1" in f1.in_flight else c.reg.by_name["f2"]
+    att = node.in_flight["t.1"]
+    for _ in range(4):
+        c.step(3.0)
+        c.s.renew(node, ["t.1"], c.now)
+    c.step(3.0)
+    c.s.progress(att, {"fraction": 0.5}, c.now)
+    out = c.step(4.0)
+    assert not [a for a in out if a[0] in ("assign", "cancel")]
+    assert att.live and c.s.counters["reissued"] == 0
+
+
+def test_attempts_exhausted_fails_with_reason() -> None:
+    c = Colony(assign_timeout=1.0)
+    for i in range(3):
+        c.forager(f"f{i}")
+    c.submit("t", max_attempts=2)
+    c.step()
+    c.step(1.1)
+    out = c.step(1.1)
+    (final,) = c.finals(out)
+    assert final["error"]["code"] == "attempts-exhausted"
+    assert "assign timeout" in final["error"]["message"]
+
+
+def test_deadline_and_no_forager_wait() -> None:
+    c = Colony()
+    c.submit("slow", timeout=2.0, wait=100)
+    c.submit("orphan", cap="nobody", wait=1.0)
+    f = c.forager("f1")
+    c.step()
+    assert "slow.1" in f.in_flight
+    out = c.step(1.5)
+    (final,) = c.finals(out)
+    assert final["task"] == "orphan" and final["error"]["code"] == "no-forager"
+    out = c.step(1.0)
+    (final,) = c.finals(out)
+    assert final["task"] == "slow" and final["error"]["code"] == "deadline-exceeded"
+    assert any(a[0] == "cancel" for a in out)
+
+
+def test_cancel_queued_and_running() -> None:
+    c = Colony()
+    f = c.forager("f1")
+    c.submit("run")
+    c.submit("wait")
+    c.step()
+    c.s.cancel("wait", c.now)
+    c.s.cancel("run", c.now)
+    out = c.step()
+    finals = {b["task"]: b["state"] for b in c.finals(out)}
+    assert finals == {"wait": "cancelled", "run": "cancelled"}
+    assert any(a[0] == "cancel" and a[2].id == "run.1" for a in out)
+    # The cancelled attempt keeps its slot until the forager answers.
+    assert "run.1" in f.in_flight
+    att = c.s.attempts["run.1"]
+    c.s.release(att)
+    assert not f.in_flight
+
+
+def test_forager_lost_reissues_in_flight() -> None:
+    c = Colony()
+    f1 = c.forager("f1", slots=2)
+    c.submit("a")
+    c.submit("b")
+    c.step()
+    c.reg.remove(f1, c.now)
+    c.s.forager_lost(f1, c.now)
+    f2 = c.forager("f2", slots=2)
+    out = c.step()
+    assert sorted(c.assigns(out)) == [("f2", "a"), ("f2", "b")]
+    assert {a.number for a in f2.in_flight.values()} == {2}
+
+
+def test_rejoin_adopts_running_attempts() -> None:
+    c = Colony()
+    f1 = c.forager("f1", slots=2)
+    c.submit("a")
+    c.submit("b")
+    c.step()
+    again = Node(name="f1", identity=b"f1", role="forager", codec="iacp2", slots=2,
+                 tools=frozenset({"echo"}))
+    c.reg.add(again, c.now)
+    c.s.forager_rejoined(f1, again, ["a.1"], c.now)
+    out = c.step()
+    assert "a.1" in again.in_flight
+    assert c.assigns(out) == [("f1", "b")]  # b was not reported running: reissued
+    assert again.in_flight["b.2"].number == 2
+
+
+def test_hung_forager_is_avoided_but_a_restarted_one_is_not() -> None:
+    c = Colony(assign_timeout=1.0)
+    hung = c.forager("f1", identity=b"conn-1")
+    c.submit("t")
+    c.step()
+    assert c.assigns(c.step(1.5)) == []  # the hung forager is not given its task again
+    assert c.s.tasks["t"].state == QUEUED
+    c.reg.remove(hung, c.now)
+    c.s.forager_lost(hung, c.now)
+    c.forager("f1", identity=b"conn-2")  # the same forager restarted: a new connection
+    assert c.assigns(c.step()) == [("f1", "t")]
+
+
+def test_queue_full_and_duplicate_change_nothing() -> None:
+    c = Colony(max_queue=2)
+    c.submit("a")
+    c.submit("b")
+    with pytest.raises(QueueFull):
+        c.submit("c")
+    with pytest.raises(DuplicateTask):
+        c.submit("a")
+    assert c.s.queued == 2 and set(c.s.tasks) == {"a", "b"}
+
+
+def test_partial_results_carry_increasing_seq() -> None:
+    c = Colony()
+    f = c.forager("f1")
+    c.submit("t")
+    c.step()
+    att = f.in_flight["t.1"]
+    c.s.progress(att, {"fraction": 0.1}, c.now)
+    c.s.result(att, {"partial": True, "value": "a"}, c.now)
+    c.s.result(att, {"partial": True, "value": "b"}, c.now)
+    c.s.result(att, {"status": "ok", "result": "ab"}, c.now)
+    out = c.step()
+    seqs = [a[3]["seq"] for a in out if a[0] == "deliver"]
+    assert seqs == [1, 2, 3, 4]
+
+
+def test_handler_error_is_a_failed_result_with_type() -> None:
+    c = Colony()
+    f = c.forager("f1")
+    c.submit("t")
+    c.step()
+    c.s.result(f.in_flight["t.1"], {"status": "error",
+                                     "error": {"type": "ValueError", "message": "bad"}}, c.now)
+    (final,) = c.finals(c.step())
+    assert final["error"] == {"code": "handler-error", "type": "ValueError", "message": "bad",
+                              "forager": "f1"}
+
+
+def test_transition_table_has_no_exit_from_final_states() -> None:
+    for state in ("completed", "failed", "cancelled"):
+        assert TRANSITIONS[state] == frozenset()
+    assert QUEUED in TRANSITIONS
+
+
+def test_registry_liveness_reports_each_node_once() -> None:
+    reg = Registry(hb_interval=1.0, hb_misses=3)
+    n = Node(name="f", identity=b"f", role="forager", codec="iacp2", slots=1)
+    reg.add(n, 0.0)
+    assert reg.expired(2.9) == []
+    assert reg.expired(3.1) == [n]
+    assert reg.expired(10.0) == []
+    assert not reg.name_taken("f", b"other")
+
+
+def test_registry_name_taken_by_live_peer() -> None:
+    reg = Registry()
+    reg.add(Node(name="f", identity=b"a", role="forager", codec="iacp2", slots=1), 0.0)
+    assert reg.name_taken("f", b"b")
+    assert not reg.name_taken("f", b"a")
