@@ -206,7 +206,10 @@ class Client(Peer):
 
     def note(self, to: str | list[str], text: str) -> None:
         """Send a one-line note (at most 80 characters)."""
-        p.validate_body(p.BY_NAME["note"], {"text": text})
+        try:
+            p.validate_body(p.BY_NAME["note"], {"text": text})
+        except p.ProtocolError as e:
+            raise ValueError(e.message) from None
         self.send_message(p.Message("note", {"text": text}, frm=self.name, to=to))
 
     # -- I/O thread -----------------------------------------------------------------------

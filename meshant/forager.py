@@ -173,8 +173,13 @@ class Forager(Peer):
         self.close(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._aloop is not None:
-            self._aloop.call_soon_threadsafe(self._aloop.stop)
+        loop, t = self._aloop, self._aloop_thread
+        if loop is not None and t is not None:
+            self._aloop = self._aloop_thread = None
+            loop.call_soon_threadsafe(loop.stop)
+            t.join(timeout)
+            if not t.is_alive():
+                loop.close()
 
     def run(self, *, install_signals: bool = True) -> None:
         """Serve until SIGINT/SIGTERM (or :meth:`stop`); waits for the queen if it is not up."""

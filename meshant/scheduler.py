@@ -265,10 +265,22 @@ class Scheduler:
                              {"task": task.id, "seq": task.next_seq(), "partial": True,
                               "value": body.get("value")}))
             return
-        self._abandon(task, now, cancel=False)
         status = body.get("status", "ok")
+        if status == "cancelled":
+            # The forager gave the task up (it is stopping) without being asked to:
+            # the task is not at fault, so it moves on without using up an attempt.
+            task.avoid.add(att.node.identity)
+            self._abandon(task, now, cancel=False)
+            self.counters["reissued"] += 1
+            self._move(task, QUEUED, now, f"given up by {att.node.name}")
+            self._enqueue(task)
+            return
+        self._abandon(task, now, cancel=False)
         if status == "ok":
-            self._finish(task, COMPLETED, now, {"result": body.get("result")})
+            # IACP 1.1 results carry their fields in the body itself (status, artifacts...).
+            result = body["result"] if "result" in body else {
+                k: v for k, v in body.items() if k not in ("status", "ref", "partial")} or None
+            self._finish(task, COMPLETED, now, {"result": result})
         else:
             err = body.get("error") if isinstance(body.get("error"), dict) else {}
             self._finish(task, FAILED, now, {"error": {

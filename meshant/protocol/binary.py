@@ -72,8 +72,9 @@ def encode(msg: Message) -> list[Any]:
     """Encode a message as frames: header, envelope, body, blobs."""
     code = kind_by_name(msg.kind).code
     env: dict[str, Any] = {"id": msg.id, "from": msg.frm}
-    if msg.to:
-        env["to"] = msg.to
+    to = msg.to
+    if to or to.__class__ is list:
+        env["to"] = to
     if msg.ts:
         env["ts"] = msg.ts
     if msg.ref is not None:
@@ -128,7 +129,7 @@ def decode(
     try:
         env = _unpackb(frames[1])
     except Exception as e:
-        raise ProtocolError(BAD_MSGPACK, f"envelope is not valid msgpack ({e})") from None
+        raise ProtocolError(BAD_MSGPACK, f"envelope is not valid msgpack ({type(e).__name__}: {e})") from None
     if not isinstance(env, dict):
         raise ProtocolError(BAD_TYPE, "envelope must be a msgpack map")
     if nblobs:
@@ -144,12 +145,12 @@ def decode(
         except ProtocolError:
             raise
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({e})") from None
+            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({type(e).__name__}: {e})") from None
     else:
         try:
             body = _unpackb(frames[2])
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({e})") from None
+            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({type(e).__name__}: {e})") from None
     msg = from_envelope(env, kind.name, body, "2")
     if validate:
         validate_body(kind, body)

@@ -1,0 +1,104 @@
+"""Fixtures: real colonies on loopback, every process and thread stopped in teardown."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+from meshant import Client, Forager, Queen
+from meshant import _procs
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[Any]]:
+    c: zmq.Context[Any] = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+@pytest.fixture
+def colony(ctx: zmq.Context[Any]) -> Iterator[Colony]:
+    col = Colony(ctx)
+    yield col
+    col.close()
+
+
+class Colony:
+    """In-process queen, foragers and clients over real tcp loopback sockets."""
+
+    def __init__(self, ctx: zmq.Context[Any]) -> None:
+        self.ctx = ctx
+        self.queen: Queen | None = None
+        self.foragers: list[Forager] = []
+        self.clients: list[Client] = []
+
+    def start_queen(self, **kw: Any) -> Queen:
+        kw.setdefault("hb_interval", 0.2)
+        kw.setdefault("hb_misses", 5)
+        self.queen = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", context=self.ctx,
+                           **kw).start()
+        return self.queen
+
+    @property
+    def endpoint(self) -> str:
+        assert self.queen is not None
+        return self.queen.endpoint
+
+    def forager(self, handlers: dict[str, Callable[..., Any]] | None = None, *,
+                start: bool = True, **kw: Any) -> Forager:
+        f = Forager(self.endpoint, context=self.ctx, **kw)
+        for cap, fn in (handlers or {}).items():
+            f.add_handler(cap, fn)
+        self.foragers.append(f)
+        if start:
+            f.start(timeout=10)
+        return f
+
+    def client(self, **kw: Any) -> Client:
+        c = Client(self.endpoint, context=self.ctx, **kw)
+        self.clients.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+        for f in self.foragers:
+            f.stop()
+        if self.queen is not None:
+            self.queen.stop()
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    ps = Procs()
+    yield ps
+    ps.close()
+
+
+class Procs:
+    """meshant subprocesses started through the CLI; all stopped by PID in teardown."""
+
+    def __init__(self) -> None:
+        self.all: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str, ready: bool = True,
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+        p = _procs.spawn(list(args), env=env)
+        self.all.append(p)
+        info = _procs.read_json_line(p, 20) if ready else {}
+        return p, info
+
+    def queen(self, *extra: str) -> tuple[subprocess.Popen[str], str]:
+        p, info = self.start("queen", "--bind", "tcp://127.0.0.1:0", "--pub",
+                             "tcp://127.0.0.1:0", "--json", "--hb-interval", "0.2", *extra)
+        return p, info["router"]
+
+    def forager(self, endpoint: str, *extra: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+        return self.start("forager", "--queen", endpoint, "--json", *extra)
+
+    def close(self) -> None:
+        _procs.stop(self.all, timeout=5)
