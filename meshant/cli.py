@@ -209,22 +209,25 @@ def _connect(queen: str, timeout: float) -> Any:
 
 
 def _payloads(payload: str | None, count: int) -> Iterator[Any]:
+    """The payloads to submit; a bad PAYLOAD_JSON fails here, before connecting."""
     if payload == "-":
-        for n, line in enumerate(sys.stdin, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except ValueError as e:
-                    raise click.BadParameter(f"stdin line {n} is not JSON: {e}")
-        return
+        return _stdin_payloads()
     value: Any = None
     if payload is not None:
         try:
             value = json.loads(payload)
         except ValueError as e:
             raise click.BadParameter(f"not JSON: {e}", param_hint="PAYLOAD_JSON")
-    for _ in range(count):
-        yield value
+    return iter([value] * count)
+
+
+def _stdin_payloads() -> Iterator[Any]:
+    for n, line in enumerate(sys.stdin, 1):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except ValueError as e:
+                raise click.BadParameter(f"stdin line {n} is not JSON: {e}")
 
 
 def _jsonable(v: Any) -> Any:
@@ -259,6 +262,7 @@ def submit(queen: str, capability: str, payload: str | None, priority: int,
 
     Exits 1 if any task failed.
     """
+    payloads = _payloads(payload, count)
     client = _connect(queen, connect_timeout)
     failed = 0
     try:
@@ -267,7 +271,7 @@ def submit(queen: str, capability: str, payload: str | None, priority: int,
                               "wait": wait}
         started = time.monotonic()
         futures = []
-        for pl in _payloads(payload, count):
+        for pl in payloads:
             futures.append((client.submit(capability, pl, **kw), time.monotonic()))
         show_bar = len(futures) > 1 and not as_json and sys.stderr.isatty()
         with click.progressbar(length=len(futures), label="tasks", file=sys.stderr) if (

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import zmq
 
-from meshant import Client, Forager, Queen
-from meshant import _procs
+from meshant import Client, Forager, Queen, _procs
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def test_priority_then_fifo() -> None:
     order = []
     for _ in range(5):
         out = c.step()
-        (name, tid), = c.assigns(out)
+        (_name, tid), = c.assigns(out)
         order.append(tid)
         att = f.in_flight[f"{tid}.1"]
         c.s.result(att, {"status": "ok", "result": tid}, c.now)

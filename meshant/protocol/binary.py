@@ -129,7 +129,7 @@ def decode(
     try:
         env = _unpackb(frames[1])
     except Exception as e:
-        raise ProtocolError(BAD_MSGPACK, f"envelope is not valid msgpack ({type(e).__name__}: {e})") from None
+        raise ProtocolError(BAD_MSGPACK, _bad("envelope", e)) from None
     if not isinstance(env, dict):
         raise ProtocolError(BAD_TYPE, "envelope must be a msgpack map")
     if nblobs:
@@ -145,16 +145,20 @@ def decode(
         except ProtocolError:
             raise
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({type(e).__name__}: {e})") from None
+            raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     else:
         try:
             body = _unpackb(frames[2])
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, f"body is not valid msgpack ({type(e).__name__}: {e})") from None
+            raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     msg = from_envelope(env, kind.name, body, "2")
     if validate:
         validate_body(kind, body)
     return msg
+
+
+def _bad(what: str, e: Exception) -> str:
+    return f"{what} is not valid msgpack ({type(e).__name__}: {e})"
 
 
 def from_envelope(env: dict[str, Any], kind: str, body: Any, v: str) -> Message:

@@ -1,0 +1,202 @@
+"""The CLI end to end: queen and foragers as subprocesses, started as a user starts them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshant import Client
+
+from .conftest import Procs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def meshant(*args: str, input: str | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "meshant", *args], capture_output=True,
+                          text=True, input=input, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def wait_for(pred: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_help_and_version() -> None:
+    r = meshant("--help")
+    assert r.returncode == 0 and "queen" in r.stdout and "forager" in r.stdout
+    assert "demo" in r.stdout and "submit" in r.stdout
+    r = meshant("--version")
+    assert r.returncode == 0 and "meshant" in r.stdout
+    r = meshant("queen", "--help")
+    assert "--assign-timeout" in r.stdout and "MESHANT_BIND" in r.stdout
+
+
+def test_submit_status_and_json(procs: Procs) -> None:
+    _, ep = procs.queen()
+    procs.forager(ep, "--name", "cli-f1", "--slots", "2")
+    r = meshant("submit", "--queen", ep, "echo", '{"hello": "world"}')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"hello": "world"}
+    r = meshant("submit", "echo", '[1, 2]', "--json", "--count", "3",
+                env={"MESHANT_QUEEN": ep})
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 0 and len(lines) == 3
+    assert all(x["state"] == "completed" and x["result"] == [1, 2] and x["id"] for x in lines)
+    r = meshant("submit", "--queen", ep, "fail", '{"message": "nope"}', "--json")
+    assert r.returncode == 1
+    rec = json.loads(r.stdout)
+    assert rec["state"] == "failed" and rec["error"]["type"] == "DemoError"
+    assert rec["error"]["message"] == "nope"
+    r = meshant("submit", "--queen", ep, "echo", "-", "--json",
+                input='{"n": 1}\n{"n": 2}\n')
+    assert [json.loads(x)["result"] for x in r.stdout.splitlines()] == [{"n": 1}, {"n": 2}]
+    r = meshant("status", "--queen", ep, "--json")
+    st = json.loads(r.stdout)
+    (f,) = st["foragers"]
+    assert f["name"] == "cli-f1" and f["state"] == "active" and f["slots"] == 2
+    assert f["in_flight"] == 0 and "echo" in f["tools"]
+    assert "queues" in st
+    r = meshant("status", "--queen", ep)
+    assert "cli-f1" in r.stdout and r.returncode == 0
+
+
+def test_stream_flag_prints_partials(procs: Procs) -> None:
+    _, ep = procs.queen()
+    procs.forager(ep)
+    r = meshant("submit", "--queen", ep, "stream", '{"text": "a b c", "delay": 0}',
+                "--stream", "--json")
+    recs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["value"] for x in recs if x.get("update") == "partial"] == ["a", "b", "c"]
+    assert recs[-1]["state"] == "completed"
+
+
+def test_clear_errors(procs: Procs) -> None:
+    r = meshant("submit", "--queen", "tcp://127.0.0.1:1", "--connect-timeout", "0.5", "echo")
+    assert r.returncode == 1 and "no answer from the queen" in r.stderr
+    r = meshant("submit", "echo", "{bad json")
+    assert r.returncode == 2 and "not JSON" in r.stderr
+    _, ep = procs.queen()
+    r = meshant("submit", "--queen", ep, "nobody", "--wait", "0.2", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "no-forager"
+    procs.forager(ep, "--name", "taken")
+    p, _ = procs.start("forager", "--queen", ep, "--name", "taken", "--json", ready=False)
+    assert p.wait(20) == 1
+    assert p.stderr is not None and "held by a live peer" in p.stderr.read()
+
+
+def test_forager_app_option(procs: Procs, tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(
+        "from meshant import Forager\n"
+        "forager = Forager()\n"
+        "@forager.task('shout')\n"
+        "def shout(p):\n"
+        "    return str(p).upper() + '!'\n")
+    _, ep = procs.queen()
+    procs.start("forager", "--queen", ep, "--app", "myapp:forager", "--json",
+                env={"PYTHONPATH": str(tmp_path)})
+    r = meshant("submit", "--queen", ep, "shout", '"hi"')
+    assert json.loads(r.stdout) == "HI!"
+
+
+def test_killed_forager_task_completes_elsewhere_once(procs: Procs) -> None:
+    # Liveness detection is made slow here so the assign_timeout lease is what reissues.
+    _, ep = procs.queen("--assign-timeout", "1.5", "--hb-misses", "1000")
+    fa, _ = procs.forager(ep, "--name", "victim")
+    with Client(ep) as c:
+        fut = c.submit("sleep", {"seconds": 0.5}, to=None)
+        wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", what="accept")
+        assert c.task_status(fut.task_id)["forager"] == "victim"
+        fa.send_signal(signal.SIGKILL)
+        fa.wait(10)
+        procs.forager(ep, "--name", "rescuer")
+        assert fut.result(20) == {"seconds": 0.5}
+        ts = c.task_status(fut.task_id)
+        assert ts["attempt"] == 2 and ts["state"] == "completed"
+        assert any("assign timeout on victim" in h[2] for h in ts["history"])
+
+
+def test_hung_forager_late_result_is_dropped(procs: Procs) -> None:
+    _, ep = procs.queen("--assign-timeout", "1.0", "--hb-misses", "1000")
+    fa, _ = procs.forager(ep, "--name", "hung")
+    with Client(ep) as c:
+        fut = c.submit("sleep", {"seconds": 0.6})
+        wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", what="accept")
+        os.kill(fa.pid, signal.SIGSTOP)
+        try:
+            procs.forager(ep, "--name", "healthy")
+            assert fut.result(20) == {"seconds": 0.6}
+            assert c.task_status(fut.task_id)["attempt"] == 2
+        finally:
+            os.kill(fa.pid, signal.SIGCONT)
+        # The resumed forager finishes its abandoned attempt; the queen drops that result.
+        wait_for(lambda: c.status()["counters"]["duplicates"] == 1, what="duplicate dropped")
+        st = c.status()
+        assert st["counters"]["completed"] == 1 and st["counters"]["reissued"] == 1
+        assert fut.task_id not in c._tasks  # the client got its one final result
+
+
+def test_sigterm_stops_cleanly(procs: Procs) -> None:
+    q, ep = procs.queen()
+    f, _ = procs.forager(ep)
+    for p in (f, q):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+
+
+def test_legacy_iacp11_forager_example(procs: Procs) -> None:
+    _, ep = procs.queen()
+    p = subprocess.Popen([sys.executable, str(ROOT / "examples" / "legacy_forager.py"), ep,
+                          "old-timer"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    procs.all.append(p)
+    with Client(ep) as c:
+        wait_for(lambda: any(f["name"] == "old-timer" for f in c.status()["foragers"]),
+                 what="legacy forager registered")
+        (rec,) = c.status()["foragers"]
+        assert rec["codec"] == "iacp1.1" and rec["tools"] == ["echo", "upper"]
+        assert c.run("upper", "hello", result_timeout=10) == "HELLO"
+        assert [f.result(10) for f in c.map("echo", range(20))] == list(range(20))
+
+
+def test_embedded_forager_example(procs: Procs) -> None:
+    _, ep = procs.queen()
+    p = subprocess.Popen([sys.executable, str(ROOT / "examples" / "embedded_forager.py"), ep],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "SECONDS_TO_RUN": "30"})
+    procs.all.append(p)
+    from meshant import _procs
+    _procs.read_json_line(p, 20)
+    with Client(ep) as c:
+        assert c.run("word_count", "a b c", result_timeout=10) == {"words": 3}
+
+
+@pytest.mark.parametrize("name", ["streaming_agent.py", "async_client.py"])
+def test_self_contained_examples(name: str) -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_demo() -> None:
+    r = meshant("demo", "--json", "--tasks", "100", timeout=120)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout.splitlines()[-1])
+    assert rep["ok"] and all(rep["checks"].values())
+    assert rep["counters"]["reissued"] >= 1
+    assert rep["echo_latency_ms"]["p50"] > 0
