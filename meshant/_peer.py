@@ -25,6 +25,9 @@ log = logging.getLogger("meshant")
 
 FEATURES = ["batch", "progress", "blobs"]
 HELLO_RETRY = 2.0
+# Plain ints: pyzmq's enum flags cost microseconds per operation on the hot path.
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 
 def default_name(role: str) -> str:
@@ -57,6 +60,8 @@ class Peer:
         self._thread: threading.Thread | None = None
         self._hello_id = ""
         self._last_send = 0.0
+        self._next_hello = 0.0
+        self._io_ident = -1
         self._last_hb = 0.0
         self._hb_interval = 1.0
         self._handlers: dict[str, Callable[[p.Message], None]] = {
@@ -99,7 +104,9 @@ class Peer:
     def send_message(self, msg: p.Message) -> None:
         """Queue a message for the I/O thread; safe from any thread."""
         self._outbox.append(msg)
-        self._waker.wake()
+        if threading.get_ident() != self._io_ident:
+            # The I/O thread flushes its outbox every turn; only others must wake it.
+            self._waker.wake()
 
     # -- the I/O thread -------------------------------------------------------------------
 
@@ -111,18 +118,30 @@ class Peer:
     def _hb_body(self) -> dict[str, Any]:
         return {}
 
+    def _next_timer(self) -> float:
+        """When the I/O loop must wake up next, with nothing to read."""
+        return self._next_hb()
+
+    def _on_timers(self, now: float) -> None:
+        pass
+
     def _next_hb(self) -> float:
         """When the next heartbeat is due: any message counts, so idle peers only."""
         return self._last_send + self._hb_interval
 
-    def _io_main(self) -> None:
+    def _open_socket(self) -> zmq.Socket[Any]:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.connect(self.queen)
         self._sock = sock
+        return sock
+
+    def _io_main(self) -> None:
+        self._io_ident = threading.get_ident()
+        sock = self._open_socket()
         try:
-            sock.connect(self.queen)
             self._io_loop(sock)
         except Exception:
             log.exception("%s %s: I/O thread failed", self.role, self.name)
@@ -134,11 +153,17 @@ class Peer:
             self._welcomed.set()  # nobody waits forever for a welcome that cannot come
 
     def _io_closing(self, sock: zmq.Socket[Any]) -> None:
-        pass
+        if self._welcomed.is_set() and self._refusal is None:
+            try:
+                # Tell the queen at once rather than let it wait out our heartbeats.
+                self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
+            except zmq.ZMQError:
+                pass
 
     def _say_hello(self) -> None:
         msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
         self._hello_id = msg.id
+        self._next_hello = time.monotonic() + HELLO_RETRY
         self._send_now(msg)
 
     def _send_now(self, msg: p.Message) -> None:
@@ -147,49 +172,60 @@ class Peer:
         if not msg.ts:
             msg.ts = time.time()
         frames = p.binary.encode(msg)
-        # Blob frames go out zero-copy; small frames are cheaper copied.
-        self._sock.send_multipart(frames, copy=len(frames) == 3)
+        if len(frames) == 1:
+            self._sock.send(frames[0])
+        else:
+            # Blob frames go out zero-copy; small frames are cheaper copied.
+            self._sock.send_multipart(frames, copy=False)
         self._last_send = time.monotonic()
+
+    def _next_wakeup(self) -> float:
+        return self._next_timer() if self._welcomed.is_set() else self._next_hello
+
+    def _receive(self, sock: zmq.Socket[Any]) -> None:
+        """Read and dispatch what the socket holds, without blocking."""
+        handlers = self._handlers
+        recv = sock.recv_multipart
+        events = sock.getsockopt
+        for _ in range(1000):
+            if not events(_EVENTS) & _POLLIN:
+                break
+            frames = recv()
+            try:
+                msg = p.binary.decode(frames)
+            except p.ProtocolError as e:
+                log.warning("%s: bad message from the queen: %s", self.name, e)
+                continue
+            h = handlers.get(msg.kind)
+            if h is not None:
+                h(msg)
+
+    def _timers(self, now: float) -> None:
+        if not self._welcomed.is_set():
+            if now >= self._next_hello:
+                self._say_hello()
+            return
+        self._on_timers(now)
+        if now >= self._next_hb():
+            self._send_now(p.Message("hb", self._hb_body(), to="queen"))
+            self._last_hb = self._last_send
 
     def _io_loop(self, sock: zmq.Socket[Any]) -> None:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._waker.fd, zmq.POLLIN)
         self._say_hello()
-        next_hello = time.monotonic() + HELLO_RETRY
-        handlers = self._handlers
-        recv = sock.recv_multipart
         outbox = self._outbox
         while not self._stopping.is_set():
-            now = time.monotonic()
-            due = self._next_hb() if self._welcomed.is_set() else next_hello
-            events = dict(poller.poll(max(0.0, due - now) * 1000))
+            wait = self._next_wakeup() - time.monotonic()
+            events = dict(poller.poll(max(0.0, wait) * 1000))
             if sock in events:
-                for _ in range(1000):
-                    try:
-                        frames = recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    try:
-                        msg = p.binary.decode(frames)
-                    except p.ProtocolError as e:
-                        log.warning("%s: bad message from the queen: %s", self.name, e)
-                        continue
-                    h = handlers.get(msg.kind)
-                    if h is not None:
-                        h(msg)
+                self._receive(sock)
             if self._waker.fd in events:
                 self._waker.drain()
             if outbox and self._welcomed.is_set():
                 self._flush(outbox)
-            now = time.monotonic()
-            if not self._welcomed.is_set():
-                if now >= next_hello:
-                    self._say_hello()
-                    next_hello = now + HELLO_RETRY
-            elif now >= self._next_hb():
-                self._send_now(p.Message("hb", self._hb_body(), to="queen"))
-                self._last_hb = self._last_send
+            self._timers(time.monotonic())
 
     def _flush(self, outbox: deque[p.Message]) -> None:
         while outbox:
@@ -203,11 +239,17 @@ class Peer:
         self.features = frozenset(msg.b.get("features", ()))
         self._hb_interval = float(msg.b["hb_interval"])
         self._welcomed.set()
+        self._after_welcome()
+
+    def _after_welcome(self) -> None:
+        pass
 
     def _on_error(self, msg: p.Message) -> None:
         code = msg.b["code"]
         if code == "not-registered":
-            # The queen does not know us (it restarted): introduce ourselves again.
+            # The queen does not know us (it restarted, or forgot an idle client):
+            # introduce ourselves again, then resend what was refused.
+            self._refused_unregistered(msg.ref)
             if self._welcomed.is_set():
                 log.info("%s: the queen forgot us; saying hello again", self.name)
                 self._welcomed.clear()
@@ -220,6 +262,9 @@ class Peer:
             self._welcomed.set()
             return
         self._on_remote_error(msg)
+
+    def _refused_unregistered(self, ref: str | None) -> None:
+        pass
 
     def _on_remote_error(self, msg: p.Message) -> None:
         log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])

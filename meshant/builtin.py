@@ -44,7 +44,12 @@ def stream(payload: Any, ctx: TaskContext) -> Any:
 BUILTINS = {"echo": echo, "sleep": sleep, "fail": fail, "stream": stream}
 
 
+# echo takes microseconds and cannot block: it runs in the forager's I/O thread.
+INLINE = frozenset({"echo"})
+
+
 def add_builtins(forager: Forager, names: list[str] | None = None) -> None:
+    """Serve the demo capabilities (all of them, or ``names``) on ``forager``."""
     for name in names or list(BUILTINS):
         if name not in forager.handlers:
-            forager.add_handler(name, BUILTINS[name])
+            forager.add_handler(name, BUILTINS[name], inline=name in INLINE)

@@ -160,7 +160,7 @@ def forager(queen: str, app: str | None, name: str | None, slots: int, labels: t
         target = load_app(app)
         if isinstance(target, Forager):
             for cap, h in target.handlers.items():
-                f.add_handler(cap, h.fn, batch=h.batch)
+                f.add_handler(cap, h.fn, batch=h.batch, inline=h.inline)
             f._message_callbacks.extend(target._message_callbacks)
         elif isinstance(target, dict):
             for cap, fn in target.items():

@@ -1,13 +1,17 @@
 """The client: submits tasks to the queen and gets their results as futures.
 
-``Client`` is thread-safe: any thread may submit; one I/O thread owns the socket.
-``AsyncClient`` wraps it for asyncio.
+``Client`` is thread-safe by default: any thread may submit; one I/O thread owns the
+socket. ``Client(threaded=False)`` has no I/O thread: the calling thread drives the socket
+whenever it submits or waits, which saves two thread hand-offs per task (the lowest
+latency for a single-threaded caller). ``AsyncClient`` wraps the threaded client for asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
 import queue
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -17,9 +21,7 @@ import zmq
 
 from . import protocol as p
 from ._peer import Peer
-from .errors import MeshantError, from_error_body
-
-_QUEUED_ERRORS = {"queue-full", "duplicate-task", "bad-value", "not-registered"}
+from .errors import MeshantError, QueenUnreachable, from_error_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +38,39 @@ class Update:
 class TaskFuture(Future):  # type: ignore[type-arg]
     """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, msg: p.Message | None = None,
+                 pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
         super().__init__()
         self.task_id = task_id
         self.acknowledged = False
         self.last_seq = 0
+        self._msg = msg
+        self._pump = pump
         self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
 
+    def result(self, timeout: float | None = None) -> Any:
+        if self._pump is not None and not self.done():
+            # A direct client: this thread reads the socket until the result is here.
+            self._pump(self.done, timeout)
+            timeout = 0
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._pump is not None and not self.done():
+            self._pump(self.done, timeout)
+            timeout = 0
+        return super().exception(timeout)
+
     def updates(self, timeout: float | None = None) -> Iterator[Update]:
-        """Yield progress reports and partial results until the task ends."""
+        """Yield progress reports and partial results until the task ends.
+
+        ``timeout`` bounds the wait for each update; TimeoutError when it passes.
+        """
         while True:
+            if self._pump is not None and self._updates.empty():
+                self._pump(lambda: not self._updates.empty(), timeout)
             try:
-                u = self._updates.get(timeout=timeout)
+                u = self._updates.get(timeout=timeout if self._pump is None else 0)
             except queue.Empty:
                 raise TimeoutError(f"no update for task {self.task_id} within {timeout} s")
             if u is None:
@@ -76,13 +99,18 @@ class Client(Peer):
         timeout: float = 10.0,
         wait: float | None = None,
         on_progress: Callable[[str, Update], Any] | None = None,
+        threaded: bool = True,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         super().__init__(queen, name, context)
         self.wait = wait
         self.on_update = on_progress
+        self.threaded = threaded
         self._tasks: dict[str, TaskFuture] = {}
         self._requests: dict[str, Future[Any]] = {}
+        self._request_msgs: dict[str, p.Message] = {}
+        self._resend: list[p.Message] = []
+        self._pump = None if threaded else self._pump_until
         self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
         self._handlers.update({
             "task.submitted": self._on_submitted,
@@ -95,7 +123,86 @@ class Client(Peer):
             "note": self._on_inbox,
             "mem.sync": self._on_inbox,
         })
-        self._start_io(timeout)
+        if threaded:
+            self._start_io(timeout)
+        else:
+            self._start_direct(timeout)
+
+    # -- direct mode: the caller's thread drives the socket -------------------------------
+
+    def _start_direct(self, timeout: float) -> None:
+        self._io_ident = threading.get_ident()
+        self._direct_sock = self._open_socket()
+        self._direct_poller = zmq.Poller()
+        self._direct_poller.register(self._direct_sock, zmq.POLLIN)
+        self._say_hello()
+        try:
+            self._pump_until(self._welcomed.is_set, timeout)
+        except TimeoutError:
+            pass
+        if not self._welcomed.is_set() or self._refusal is not None:
+            err = self._refusal
+            self._close_direct()
+            if err is not None:
+                raise err
+            raise QueenUnreachable(
+                f"no answer from the queen at {self.queen} within {timeout:g} s: is it "
+                "running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+
+    def _check_owner(self) -> None:
+        if threading.get_ident() != self._io_ident:
+            raise RuntimeError("a Client(threaded=False) belongs to the thread that made it; "
+                               "share the default threaded Client between threads instead")
+
+    def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> None:
+        """Read and dispatch messages until ``done()`` or ``timeout`` (TimeoutError)."""
+        self._check_owner()
+        sock = self._direct_sock
+        poll = self._direct_poller.poll
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            if self._stopped.is_set():
+                return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError("timed out waiting for the queen")
+            wait = self._next_wakeup() - now
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if poll(max(0.0, wait) * 1000):
+                self._receive(sock)
+            if self._outbox and self._welcomed.is_set():
+                self._flush(self._outbox)
+            self._timers(time.monotonic())
+
+    def _close_direct(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._io_closing(self._direct_sock)
+        self._direct_sock.close()
+        self._waker.close()
+        self._stopped.set()
+
+    def send_message(self, msg: p.Message) -> None:
+        if self.threaded:
+            super().send_message(msg)
+            return
+        self._check_owner()
+        if self._welcomed.is_set() and not self._outbox:
+            self._send_now(msg)
+        else:
+            self._outbox.append(msg)
+
+    def _refused_unregistered(self, ref: str | None) -> None:
+        fut = self._tasks.get(ref or "")
+        msg = fut._msg if fut is not None else self._request_msgs.get(ref or "")
+        if msg is not None:
+            self._resend.append(msg)
+
+    def _after_welcome(self) -> None:
+        resend, self._resend = self._resend, []
+        for msg in resend:
+            self.send_message(msg)
 
     def __enter__(self) -> Client:
         return self
@@ -105,7 +212,10 @@ class Client(Peer):
 
     def close(self, timeout: float = 5.0) -> None:
         """Disconnect. Futures still pending fail with a clear error."""
-        super().close(timeout)
+        if self.threaded:
+            super().close(timeout)
+        elif threading.get_ident() == self._io_ident:
+            self._close_direct()
         err = MeshantError("the client was closed before the task finished", code="closed")
         for fut in list(self._tasks.values()):
             if not fut.done():
@@ -128,13 +238,16 @@ class Client(Peer):
         labels: dict[str, Any] | None = None,
         max_attempts: int | None = None,
         wait: float | None = None,
+        ack: bool = False,
     ) -> TaskFuture:
         """Submit a task; the future resolves to its result or raises a MeshantError.
 
         ``priority`` 0-99 (lower first); ``timeout`` the run-time limit in seconds;
         ``to`` a forager name; ``labels`` the forager labels required; ``wait`` how long
         the queen waits for a forager offering ``capability`` before failing with
-        :class:`~meshant.errors.NoForager`.
+        :class:`~meshant.errors.NoForager`. ``ack=True`` asks the queen to confirm the
+        submission (``TaskFuture.acknowledged``); errors such as a full queue are always
+        reported.
         """
         if self._stopped.is_set():
             raise MeshantError("the client is closed", code="closed")
@@ -154,8 +267,10 @@ class Client(Peer):
         w = wait if wait is not None else self.wait
         if w is not None:
             body["wait"] = w
+        if ack:
+            body["ack"] = True
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
-        fut = TaskFuture(msg.id)
+        fut = TaskFuture(msg.id, msg, self._pump)
         self._tasks[msg.id] = fut
         self.send_message(msg)
         return fut
@@ -179,14 +294,18 @@ class Client(Peer):
         msg = p.Message(kind, body, frm=self.name, to="queen")
         fut: Future[Any] = Future()
         self._requests[msg.id] = fut
+        self._request_msgs[msg.id] = msg
         self.send_message(msg)
         try:
-            return fut.result(timeout)  # type: ignore[no-any-return]
+            if self._pump is not None:
+                self._pump(fut.done, timeout)
+            return fut.result(0 if self._pump is not None else timeout)  # type: ignore[no-any-return]
         except TimeoutError:
             raise MeshantError(f"no answer to {kind} within {timeout:g} s",
                                code="timeout") from None
         finally:
             self._requests.pop(msg.id, None)
+            self._request_msgs.pop(msg.id, None)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The queen's registry, queue depths and counters."""
@@ -245,6 +364,7 @@ class Client(Peer):
                 self.on_update(fut.task_id, u)
             return
         del self._tasks[fut.task_id]
+        fut._msg = None
         fut._updates.put(None)
         if b.get("state") == "completed":
             fut.set_result(_unwrap(b.get("result")))

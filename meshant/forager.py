@@ -26,6 +26,10 @@ from ._peer import Peer
 
 log = logging.getLogger("meshant.forager")
 
+# A task that finishes within this long sends only its result, which implies acceptance:
+# one message fewer per short task. Longer tasks send task.accept once it has passed.
+ACCEPT_DELAY = 0.002
+
 
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
@@ -70,6 +74,7 @@ class Handler:
     batch: int | None
     is_async: bool
     takes_ctx: bool
+    inline: bool = False
 
 
 def _wrap(value: Any) -> Any:
@@ -111,6 +116,7 @@ class Forager(Peer):
         self._aloop_thread: threading.Thread | None = None
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
         self._message_callbacks: list[Callable[[p.Message], Any]] = []
+        self._accepts: dict[str, float] = {}
         self._handlers.update({
             "task.assign": self._on_assign,
             "task.cancel": self._on_cancel,
@@ -123,24 +129,30 @@ class Forager(Peer):
 
     # -- registering handlers -------------------------------------------------------------
 
-    def task(self, capability: str, *, batch: int | None = None) -> Callable[[Any], Any]:
+    def task(self, capability: str, *, batch: int | None = None,
+             inline: bool = False) -> Callable[[Any], Any]:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
-        The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``). With
-        ``batch=N`` it is called as ``fn(payloads, ctxs)`` with up to N tasks and returns
-        one result per task (an Exception instance in the list fails just that task).
+        The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``) in a worker
+        thread. With ``batch=N`` it is called as ``fn(payloads, ctxs)`` with up to N tasks
+        and returns one result per task (an Exception instance in the list fails just that
+        task). ``inline=True`` runs it in the I/O thread itself, saving two thread
+        hand-offs per task: only for handlers that take microseconds and never block.
         """
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add_handler(capability, fn, batch=batch)
+            self.add_handler(capability, fn, batch=batch, inline=inline)
             return fn
         return deco
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
-                    batch: int | None = None) -> None:
+                    batch: int | None = None, inline: bool = False) -> None:
+        """Serve ``capability`` with ``fn``; see :meth:`task`."""
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
         if batch is not None and batch < 1:
             raise ValueError("batch must be at least 1")
+        if inline and (batch is not None or inspect.iscoroutinefunction(fn)):
+            raise ValueError("inline handlers are plain functions without batch")
         try:
             params = [q for q in inspect.signature(fn).parameters.values()
                       if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
@@ -149,7 +161,7 @@ class Forager(Peer):
         except (TypeError, ValueError):
             takes_ctx = True
         self.handlers[capability] = Handler(fn, batch, inspect.iscoroutinefunction(fn),
-                                            takes_ctx)
+                                            takes_ctx, inline)
 
     def on_message(self, fn: Callable[[p.Message], Any]) -> Callable[[p.Message], Any]:
         """Decorator: called (in the I/O thread, keep it short) for directed messages/notes."""
@@ -225,12 +237,18 @@ class Forager(Peer):
         return {"slots": self.slots, "in_flight": len(self.running),
                 "running": list(self.running), "tools": self.tools}
 
-    def _io_closing(self, sock: zmq.Socket[Any]) -> None:
-        if self._welcomed.is_set():
-            try:
-                self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
-            except zmq.ZMQError:
-                pass
+    def _next_timer(self) -> float:
+        t = self._next_hb()
+        if self._accepts:
+            t = min(t, min(self._accepts.values()))
+        return t
+
+    def _on_timers(self, now: float) -> None:
+        if self._accepts:
+            due = [ref for ref, t in self._accepts.items() if t <= now]
+            for ref in due:
+                del self._accepts[ref]
+                self._send_now(p.Message("task.accept", None, ref=ref, to="queen"))
 
     def _next_hb(self) -> float:
         # The heartbeat lists running tasks and renews their leases, so while tasks run it
@@ -239,6 +257,12 @@ class Forager(Peer):
         return last + self._hb_interval
 
     def _flush(self, outbox: deque[p.Message]) -> None:
+        accepts = self._accepts
+        if accepts:
+            # Anything sent about a task implies it was accepted.
+            for msg in outbox:
+                if msg.ref in accepts:
+                    del accepts[msg.ref]
         if "batch" in self.features and len(outbox) > 1:
             results: list[dict[str, Any]] = []
             while outbox:
@@ -297,9 +321,11 @@ class Forager(Peer):
         ctx = TaskContext(self, ref, str(body.get("task", ref)), int(body.get("attempt", 1)),
                           cap, deadline)
         self.running[ref] = ctx
-        self._send_now(p.Message("task.accept", None, ref=ref, to="queen"))
+        self._accepts[ref] = time.monotonic() + ACCEPT_DELAY
         payload = _unwrap(body.get("payload"))
-        if h.batch is not None:
+        if h.inline:
+            self._run_one(h, payload, ctx)
+        elif h.batch is not None:
             self._batches.setdefault(cap, deque()).append((payload, ctx))
             self._submit(self._run_batch, h, cap)
         elif h.is_async:

@@ -42,6 +42,10 @@ UNSUPPORTED = "unsupported"
 
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
 
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+_NOBLOCK = int(zmq.NOBLOCK)
+_COPY_BELOW = 64 * 1024  # frames this small are cheaper copied than tracked zero-copy
+
 
 class Queen:
     """The colony's orchestrator.
@@ -89,6 +93,7 @@ class Queen:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._started = 0.0
+        self._later: list[tuple[Node, p.Message]] = []
         self._handlers: dict[str, Callable[[bytes, Node | None, p.Message, str, float], None]] = {
             "hello": self._on_hello,
             "hb": self._on_hb,
@@ -179,18 +184,19 @@ class Queen:
         next_beat = next_tick
         recv = router.recv_multipart
         handle = self._handle
+        events_of = router.getsockopt
+        EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
         while not self._stop.is_set():
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
             events = dict(poller.poll(wait * 1000))
             if router in events:
                 # Drain what is there without blocking, bounded so timers still run.
+                # Asking EVENTS is cheaper than the exception a NOBLOCK recv raises.
                 for _ in range(1000):
-                    try:
-                        frames = recv(zmq.NOBLOCK)
-                    except zmq.Again:
+                    if not events_of(EVENTS) & POLLIN:
                         break
-                    handle(frames)
+                    handle(recv())
             if self._waker.fd in events:
                 self._waker.drain()
             now = time.monotonic()
@@ -207,6 +213,10 @@ class Queen:
                 sched.dispatch(now)
             if sched.out:
                 self._flush()
+            if self._later:
+                later, self._later = self._later, []
+                for node, msg in later:
+                    self._send(node, msg)
 
     # -- input ----------------------------------------------------------------------------
 
@@ -249,7 +259,7 @@ class Queen:
         if isinstance(decision, p.Refusal):
             self._error_to(identity, codec, decision.code, decision.reason, msg.id)
             return
-        if self.registry.name_taken(decision.name, identity):
+        if self.registry.name_taken(decision.name, identity, now):
             self.counters["protocol_errors"] += 1
             self._error_to(identity, codec, NAME_TAKEN,
                            f"the name {decision.name!r} is held by a live peer; choose another",
@@ -295,7 +305,7 @@ class Queen:
         if not p.valid_name(name):
             self._error_to(identity, JSON, "bad-name", f"name {name!r} is not allowed", msg.id)
             return
-        if self.registry.name_taken(name, identity):
+        if self.registry.name_taken(name, identity, now):
             self._error_to(identity, JSON, NAME_TAKEN,
                            f"the name {name!r} is held by a live peer", msg.id)
             return
@@ -342,7 +352,11 @@ class Queen:
             self._error_to(identity, codec, DUPLICATE_TASK,
                            f"a task with id {msg.id!r} already exists", msg.id)
             return
-        self._send(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+        if body.get("ack"):
+            # Sent after this turn's assignments go out: the assign is on the critical
+            # path of the task, the acknowledgement is not.
+            self._later.append((node, p.Message("task.submitted", {"task": task.id},
+                                                ref=msg.id)))
 
     def _attempt(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                  ref: str | None) -> Any:
@@ -440,9 +454,14 @@ class Queen:
         }, ref=msg.id))
 
     def status(self) -> dict[str, Any]:
-        """Registry, queue depths and counters (what ``meshant status`` shows)."""
+        """Registry, queue depths and counters (what ``meshant status`` shows).
+
+        Safe to call from another thread: it reads snapshots (``list()`` of a dict is
+        atomic under the GIL) and changes nothing.
+        """
         now = time.monotonic()
-        foragers = [n.record(now) for n in self.registry.foragers()]
+        peers = list(self.registry.by_id.values())
+        foragers = [n.record(now) for n in peers if n.role == "forager"]
         return {
             "queen": {"name": self.name, "epoch": self.epoch, "endpoint": self.endpoint,
                       "pub": self.pub_endpoint, "pid": os.getpid(),
@@ -452,10 +471,10 @@ class Queen:
                       "hb_interval": self.registry.hb_interval,
                       "hb_misses": self.registry.hb_misses},
             "foragers": foragers,
-            "clients": sum(1 for n in self.registry.by_id.values() if n.role == "client"),
+            "clients": sum(1 for n in peers if n.role == "client"),
             "queues": self.scheduler.depths(),
             "queued": self.scheduler.queued,
-            "running": sum(len(n.in_flight) for n in self.registry.foragers()),
+            "running": sum(f["in_flight"] for f in foragers),
             "counters": {**self.scheduler.counters, **self.counters},
             "recently_gone": list(self.registry.gone)[-10:],
         }
@@ -553,7 +572,11 @@ class Queen:
             log.warning("cannot encode %s for peer: %s", msg.kind, e)
             return
         try:
-            self._router.send_multipart([identity, *frames], zmq.NOBLOCK)
+            send = self._router.send
+            send(identity, _MORE)
+            last = len(frames) - 1
+            for i, f in enumerate(frames):
+                send(f, _MORE if i < last else _NOBLOCK, copy=len(f) < _COPY_BELOW)
         except zmq.ZMQError:
             # Peer gone (ROUTER_MANDATORY) or its pipe full: never block the loop.
             self.counters["dropped_sends"] += 1

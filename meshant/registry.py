@@ -12,6 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .scheduler import Attempt
 
+# Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
+# registration this many heartbeat timeouts (a direct client may sit idle between calls),
+# though its name may be taken over after one timeout.
+CLIENT_IDLE_FACTOR = 60
+
 ACTIVE = "active"
 DRAINING = "draining"
 OFFLINE = "offline"
@@ -81,9 +86,14 @@ class Registry:
     def get(self, identity: bytes) -> Node | None:
         return self.by_id.get(identity)
 
-    def name_taken(self, name: str, identity: bytes) -> bool:
+    def name_taken(self, name: str, identity: bytes, now: float | None = None) -> bool:
+        """True when a live peer on another connection holds ``name``."""
         held = self.by_name.get(name)
-        return held is not None and held.identity != identity
+        if held is None or held.identity == identity:
+            return False
+        if held.role == "client" and now is not None and now - held.last_seen > self.timeout:
+            return False  # a silent client's name may be taken over
+        return True
 
     def full(self) -> bool:
         return len(self.by_id) >= self.max_peers
@@ -119,8 +129,10 @@ class Registry:
     def expired(self, now: float) -> list[Node]:
         """Nodes not heard from within the liveness timeout; each is reported once."""
         default = self.timeout
+        idle_client = default * CLIENT_IDLE_FACTOR
         dead = [n for n in self.by_id.values()
-                if now - n.last_seen > (n.timeout or default)]
+                if now - n.last_seen > (idle_client if n.role == "client"
+                                        else n.timeout or default)]
         for n in dead:
             self.remove(n, now)
         return dead

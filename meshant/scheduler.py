@@ -250,6 +250,8 @@ class Scheduler:
     def progress(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         att.lease = now + self.assign_timeout
         task = att.task
+        if task.state == ASSIGNED:
+            self._move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         out = {"task": task.id, "seq": task.next_seq()}
         for k in ("fraction", "note"):
             if k in body:
@@ -259,6 +261,9 @@ class Scheduler:
     def result(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         """A result for the current attempt: partial (relayed) or final (delivered once)."""
         task = att.task
+        if task.state == ASSIGNED:
+            # A forager may skip task.accept for a task that finishes at once.
+            self._move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         if body.get("partial"):
             att.lease = now + self.assign_timeout
             self.out.append(("deliver", task, "task.result",
@@ -456,7 +461,7 @@ class Scheduler:
 
     def depths(self) -> dict[str, int]:
         depth: dict[str, int] = {}
-        for t in self.tasks.values():
+        for t in list(self.tasks.values()):
             if t.state == QUEUED:
                 depth[t.capability] = depth.get(t.capability, 0) + 1
         return depth

@@ -241,12 +241,16 @@ def test_duplicate_name_refused(colony: Colony) -> None:
 def test_queue_full_is_immediate(colony: Colony) -> None:
     colony.start_queen(max_queue=3)
     c = colony.client()
-    futs = [c.submit("nobody", i, wait=60) for i in range(5)]
+    futs = [c.submit("nobody", i, wait=60, ack=True) for i in range(5)]
     with pytest.raises(QueueFull):
         futs[3].result(5)
     with pytest.raises(QueueFull):
         futs[4].result(5)
-    assert all(f.acknowledged or not f.done() for f in futs[:3])
+    deadline = time.monotonic() + 5
+    while not all(f.acknowledged for f in futs[:3]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(f.acknowledged and not f.done() for f in futs[:3])
+    assert not futs[3].acknowledged
 
 
 def test_queen_unreachable_is_a_clear_error(ctx: Any) -> None:
@@ -351,3 +355,46 @@ def test_many_clients_and_foragers(colony: Colony) -> None:
     futs = [(i, c.submit("echo", i)) for c in clients for i in range(200)]
     assert all(f.result(20) == i for i, f in futs)
     assert isinstance(clients[0], Client)
+
+
+def test_direct_client_mode(colony: Colony) -> None:
+    colony.start_queen()
+    colony.forager({"echo": echo, "tokens": lambda n, ctx: [ctx.partial(i) for i in range(n)]},
+                   slots=2)
+    c = colony.client(threaded=False)
+    assert c.run("echo", {"x": 1}, result_timeout=10) == {"x": 1}
+    futs = c.map("echo", range(50))
+    assert [f.result(10) for f in futs] == list(range(50))
+    fut = c.submit("tokens", 3)
+    assert [u.value for u in fut.updates(10)] == [0, 1, 2]
+    assert fut.result(10) == [None, None, None]
+    assert c.status()["foragers"][0]["slots"] == 2
+    with pytest.raises(NoForager):
+        c.run("nobody", wait=0.2, result_timeout=10)
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            c.submit("echo", 1)
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(5)
+    assert errors and "belongs to the thread" in str(errors[0])
+
+
+def test_direct_client_resends_after_the_queen_forgot_it(colony: Colony) -> None:
+    # An idle direct client sends no heartbeats; the queen forgets it after
+    # hb_interval * hb_misses * CLIENT_IDLE_FACTOR (here 0.02 * 1 * 60 = 1.2 s).
+    q = colony.start_queen(hb_interval=0.02, hb_misses=1)
+    colony.forager({"echo": echo})
+    c = colony.client(threaded=False)
+    assert c.run("echo", 1, result_timeout=10) == 1
+    deadline = time.monotonic() + 10
+    while q.status()["clients"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert q.status()["clients"] == 0
+    assert c.run("echo", 2, result_timeout=10) == 2  # refused, said hello again, resent
+    assert c.status()["clients"] == 1

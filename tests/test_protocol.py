@@ -68,18 +68,19 @@ def test_error_vectors(vec: dict[str, Any]) -> None:
 
 
 def test_header_layout() -> None:
-    frames = binary.encode(Message("task.assign", {"task": "t"}, frm="queen"))
-    h = frames[0]
-    assert len(h) == 8
-    assert h[0:2] == b"MA" and h[2] == 2 and h[3] == 12 and h[4] == 0 and h[5] == 0
-    assert struct.unpack("!H", h[6:8]) == (0,)
-    assert binary.kind_of(frames) == "task.assign"
+    msg = Message("task.assign", {"task": "t"}, id="i", frm="queen")
+    (f0,) = binary.encode(msg)
+    assert f0[0:2] == b"MA" and f0[2] == 2 and f0[3] == 12 and f0[4] == 0 and f0[5] == 0
+    (env_len,) = struct.unpack("!H", f0[6:8])
+    assert msgpack.unpackb(f0[8:8 + env_len]) == {"id": "i", "from": "queen"}
+    assert msgpack.unpackb(f0[8 + env_len:]) == {"task": "t"}
+    assert binary.kind_of([f0]) == "task.assign"
 
 
 def test_blob_frames_pass_through_without_copy() -> None:
     data = b"x" * 1_000_000
     frames = binary.encode(Message("task.result", {"status": "ok", "result": Blob(data)}))
-    assert len(frames) == 4 and frames[3] is data
+    assert len(frames) == 2 and frames[1] is data
     assert frames[0][4] & binary.FLAG_BLOBS and frames[0][5] == 1
     msg = binary.decode(frames)
     assert msg.b["result"].data is data
@@ -93,7 +94,7 @@ def test_batch_sets_the_batch_flag() -> None:
 def test_unknown_fields_are_ignored_and_survive() -> None:
     env = msgpack.packb({"id": "x", "from": "f", "trace": [1, 2], "v": "ignored"})
     body = msgpack.packb({"reason": "r", "future_field": {"a": 1}})
-    msg = binary.decode([binary.header(14), env, body])
+    msg = binary.decode([binary.header(14, env_len=len(env)) + env + body])
     assert msg.extra == {"trace": [1, 2]}
     assert msg.b["future_field"] == {"a": 1}
     again = binary.decode(binary.encode(msg))

@@ -1,7 +1,9 @@
 """The IACP/2 binary codec: Message ⇄ list of ZeroMQ frames.
 
-Frame 0 is an 8-byte header (see docs/protocol.md), frame 1 the msgpack envelope,
-frame 2 the msgpack body, then one raw frame per blob referenced from the body.
+Frame 0 holds an 8-byte header, the msgpack envelope and the msgpack body, back to back;
+then comes one raw frame per blob referenced from the body. The header carries the
+envelope's length, so each section decodes on its own and a router can dispatch on the
+kind code at byte 3 without unpacking anything. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from .message import Blob, Message
 MAGIC = b"MA"
 VERSION = 2
 SUPPORTED_VERSIONS = (2,)
-HEADER = struct.Struct("!2sBBBBH")
+HEADER = struct.Struct("!2sBBBBH")  # magic, version, kind code, flags, blob count, env length
 HEADER_SIZE = HEADER.size  # 8
+MAX_ENVELOPE = 0xFFFF
 
 FLAG_BLOBS = 0x01
 FLAG_BATCH = 0x02
@@ -44,33 +47,38 @@ _BATCH_CODE = BY_NAME["task.batch"].code
 _IDX = struct.Struct("!B")
 _packb = msgpack.packb
 _unpackb = msgpack.unpackb
-_header_cache: dict[tuple[int, int, int], bytes] = {}
+_pack_header = HEADER.pack
+_unpack_header = HEADER.unpack_from
+_NOT_EXTRA = frozenset({"v", "kind", "body"})
 
 
-def header(code: int, flags: int = 0, nblobs: int = 0) -> bytes:
-    """The fixed header for a kind code; cached, since there are few distinct ones."""
-    key = (code, flags, nblobs)
-    h = _header_cache.get(key)
-    if h is None:
-        h = _header_cache[key] = HEADER.pack(MAGIC, VERSION, code, flags, nblobs, 0)
-    return h
+def header(code: int, flags: int = 0, nblobs: int = 0, env_len: int = 0) -> bytes:
+    """The 8-byte header for a kind code."""
+    return _pack_header(MAGIC, VERSION, code, flags, nblobs, env_len)
 
 
-def parse_header(frame: bytes) -> tuple[int, int, int, int]:
-    """Return ``(version, kind_code, flags, nblobs)``; a router can dispatch on this alone."""
-    if len(frame) != HEADER_SIZE:
-        raise ProtocolError(TRUNCATED, f"header must be {HEADER_SIZE} bytes, got {len(frame)}")
-    magic, version, code, flags, nblobs, _ = HEADER.unpack(frame)
+def parse_header(frame: Any) -> tuple[int, int, int, int, int]:
+    """Return ``(version, kind_code, flags, nblobs, env_len)`` from the start of frame 0.
+
+    A router can dispatch on this alone, without unpacking the envelope or the body.
+    """
+    if len(frame) < HEADER_SIZE:
+        raise ProtocolError(TRUNCATED, f"frame 0 must start with a {HEADER_SIZE}-byte header, "
+                            f"got {len(frame)} bytes")
+    magic, version, code, flags, nblobs, env_len = _unpack_header(frame)
     if magic != MAGIC:
         raise ProtocolError(BAD_MAGIC, f"frame does not start with the IACP/2 magic {MAGIC!r}")
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(BAD_VERSION, f"unsupported wire version {version}")
-    return version, code, flags, nblobs
+    return version, code, flags, nblobs, env_len
 
 
 def encode(msg: Message) -> list[Any]:
-    """Encode a message as frames: header, envelope, body, blobs."""
-    code = kind_by_name(msg.kind).code
+    """Encode a message as frames: [header + envelope + body, *blobs]."""
+    kind = BY_NAME.get(msg.kind)
+    if kind is None:
+        kind = kind_by_name(msg.kind)  # raises the protocol error
+    code = kind.code
     env: dict[str, Any] = {"id": msg.id, "from": msg.frm}
     to = msg.to
     if to or to.__class__ is list:
@@ -83,8 +91,30 @@ def encode(msg: Message) -> list[Any]:
         for k, v in msg.extra.items():
             if k not in _ENV_KEYS:
                 env[k] = v
-    blobs: list[Any] = []
+    flags = FLAG_BATCH if code == _BATCH_CODE else 0
+    blobs: list[Any] | None = None
+    try:
+        env_b = _packb(env)
+        try:
+            body_b = _packb(msg.body)
+        except TypeError:
+            # Blobs (or something unencodable): the slow path finds out which.
+            blobs = []
+            body_b = _packb(msg.body, default=_blob_collector(blobs))
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ProtocolError(BAD_TYPE, f"cannot encode {msg.kind} message: {e}") from None
+    n = len(env_b)
+    if n > MAX_ENVELOPE:
+        raise ProtocolError(TOO_LARGE, f"the envelope is {n} bytes, over {MAX_ENVELOPE}")
+    if blobs:
+        return [_pack_header(MAGIC, VERSION, code, flags | FLAG_BLOBS, len(blobs), n) + env_b
+                + body_b, *blobs]
+    return [_pack_header(MAGIC, VERSION, code, flags, 0, n) + env_b + body_b]
 
+
+def _blob_collector(blobs: list[Any]) -> Any:
     def default(obj: Any) -> Any:
         if isinstance(obj, Blob):
             if len(blobs) >= MAX_BLOBS:
@@ -92,19 +122,7 @@ def encode(msg: Message) -> list[Any]:
             blobs.append(obj.data)
             return msgpack.ExtType(BLOB_EXT, _IDX.pack(len(blobs) - 1))
         raise TypeError(f"cannot encode {type(obj).__name__}")
-
-    try:
-        env_b = _packb(env)
-        body_b = _packb(msg.body, default=default)
-    except ProtocolError:
-        raise
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ProtocolError(BAD_TYPE, f"cannot encode {msg.kind} message: {e}") from None
-    flags = FLAG_BATCH if code == _BATCH_CODE else 0
-    if blobs:
-        flags |= FLAG_BLOBS
-        return [header(code, flags, len(blobs)), env_b, body_b, *blobs]
-    return [header(code, flags), env_b, body_b]
+    return default
 
 
 def decode(
@@ -115,25 +133,37 @@ def decode(
 ) -> Message:
     """Decode IACP/2 frames into a Message. Raises ProtocolError and nothing else."""
     n = len(frames)
-    if n < 3:
-        raise ProtocolError(TRUNCATED, f"an IACP/2 message has at least 3 frames, got {n}")
-    _, code, _flags, nblobs = parse_header(frames[0])
-    kind = kind_by_code(code)
-    if n != 3 + nblobs:
-        if n > 3 + nblobs:
-            raise ProtocolError(TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 3}")
-        raise ProtocolError(TRUNCATED, f"header announces {nblobs} blobs, got {n - 3}")
-    for f in frames:
-        if len(f) > max_frame:
-            raise ProtocolError(TOO_LARGE, f"a frame exceeds the limit of {max_frame} bytes")
+    if n < 1:
+        raise ProtocolError(TRUNCATED, "an IACP/2 message has at least one frame")
+    f0 = frames[0]
+    size = len(f0)
+    if size < HEADER_SIZE:
+        parse_header(f0)  # raises the precise error
+    magic, version, code, _flags, nblobs, env_len = _unpack_header(f0)
+    if magic != MAGIC or version not in SUPPORTED_VERSIONS:
+        parse_header(f0)
+    kind = BY_CODE.get(code)
+    if kind is None:
+        kind = kind_by_code(code)
+    if n != 1 + nblobs:
+        if n > 1 + nblobs:
+            raise ProtocolError(TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 1}")
+        raise ProtocolError(TRUNCATED, f"header announces {nblobs} blobs, got {n - 1}")
+    if size > max_frame or (nblobs and any(len(f) > max_frame for f in frames[1:])):
+        raise ProtocolError(TOO_LARGE, f"a frame exceeds the limit of {max_frame} bytes")
+    body_at = HEADER_SIZE + env_len
+    if body_at >= size:
+        raise ProtocolError(TRUNCATED, f"header announces a {env_len}-byte envelope and a body, "
+                            f"but frame 0 has {size - HEADER_SIZE} bytes after the header")
+    view = memoryview(f0)
     try:
-        env = _unpackb(frames[1])
+        env = _unpackb(view[HEADER_SIZE:body_at])
     except Exception as e:
         raise ProtocolError(BAD_MSGPACK, _bad("envelope", e)) from None
-    if not isinstance(env, dict):
+    if env.__class__ is not dict:
         raise ProtocolError(BAD_TYPE, "envelope must be a msgpack map")
     if nblobs:
-        blobs = frames[3:]
+        blobs = frames[1:]
 
         def ext_hook(ext_code: int, data: bytes) -> Any:
             if ext_code != BLOB_EXT or len(data) != 1 or data[0] >= nblobs:
@@ -141,24 +171,28 @@ def decode(
             return Blob(blobs[data[0]])
 
         try:
-            body = _unpackb(frames[2], ext_hook=ext_hook)
+            body = _unpackb(view[body_at:], ext_hook=ext_hook)
         except ProtocolError:
             raise
         except Exception as e:
             raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     else:
         try:
-            body = _unpackb(frames[2])
+            body = _unpackb(view[body_at:])
         except Exception as e:
             raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     msg = from_envelope(env, kind.name, body, "2")
-    if validate:
+    if validate and (kind.fields or body is not None):
         validate_body(kind, body)
     return msg
 
 
 def _bad(what: str, e: Exception) -> str:
     return f"{what} is not valid msgpack ({type(e).__name__}: {e})"
+
+
+_STRS = (str,)
+_NUMS = (int, float)
 
 
 def from_envelope(env: dict[str, Any], kind: str, body: Any, v: str) -> Message:
@@ -168,30 +202,29 @@ def from_envelope(env: dict[str, Any], kind: str, body: Any, v: str) -> Message:
     to = env.get("to", "")
     ts = env.get("ts", 0)
     ref = env.get("ref")
-    if not isinstance(mid, str) or not mid:
+    if mid.__class__ is not str or not mid:
         raise ProtocolError(BAD_TYPE, "envelope field 'id' must be a non-empty string")
-    if not isinstance(frm, str):
+    if frm.__class__ is not str:
         raise ProtocolError(BAD_TYPE, "envelope field 'from' must be a string")
-    if not isinstance(to, str) and not (
-        isinstance(to, list) and all(isinstance(t, str) for t in to)
+    if to.__class__ is not str and not (
+        to.__class__ is list and all(t.__class__ is str for t in to)
     ):
         raise ProtocolError(BAD_TYPE, "envelope field 'to' must be a name or a list of names")
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
+    if ts.__class__ is not float and ts.__class__ is not int:
         raise ProtocolError(BAD_TYPE, "envelope field 'ts' must be a number")
-    if ref is not None and not isinstance(ref, str):
+    if ref is not None and ref.__class__ is not str:
         raise ProtocolError(BAD_TYPE, "envelope field 'ref' must be a string")
-    if body is not None and not isinstance(body, dict):
+    if body is not None and body.__class__ is not dict:
         raise ProtocolError(BAD_TYPE, f"{kind} body must be a map")
     extra = None
-    if len(env) > 5 or any(k not in _ENV_KEYS for k in env):
-        extra = {k: v_ for k, v_ in env.items() if k not in _ENV_KEYS and k not in ("v", "kind",
-                                                                                   "body")}
+    if not env.keys() <= _ENV_KEYS:
+        extra = {k: v_ for k, v_ in env.items() if k not in _ENV_KEYS and k not in _NOT_EXTRA}
         extra = extra or None
-    return Message(kind, body, id=mid, frm=frm, to=to, ts=ts, ref=ref, v=v, extra=extra)
+    return Message._make(kind, body, mid, frm, to, ts, ref, v, extra)
 
 
 def kind_of(frames: Sequence[Any]) -> str:
-    """Dispatch helper: the kind name from the header frame alone, body left packed."""
+    """Dispatch helper: the kind name from the header alone, envelope and body left packed."""
     return kind_by_code(parse_header(frames[0])[1]).name
 
 

@@ -54,6 +54,7 @@ class IdMaker:
 
 
 new_id = IdMaker()
+_new = object.__new__
 
 
 class Message:
@@ -88,6 +89,22 @@ class Message:
         self.ref = ref
         self.body = body
         self.extra = extra
+
+    @classmethod
+    def _make(cls, kind: str, body: Any, id: str, frm: str, to: Any, ts: float,
+              ref: str | None, v: str, extra: dict[str, Any] | None) -> Message:
+        """Positional constructor for decoders: no defaults to fill, no id to mint."""
+        m = _new(cls)
+        m.kind = kind
+        m.body = body
+        m.id = id
+        m.frm = frm
+        m.to = to
+        m.ts = ts
+        m.ref = ref
+        m.v = v
+        m.extra = extra
+        return m
 
     def validate(self) -> Message:
         """Check the kind is known and the body carries its required fields."""

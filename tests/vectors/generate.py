@@ -79,25 +79,37 @@ LEGACY_LINES = [
     '"body":{"slots":1,"tools":["echo"],"load":0.2},"colour":"unknown fields survive"}',
 ]
 
-H = binary.header
+ENV = b"\x82\xa2id\xa1x\xa4from\xa1y"  # {"id": "x", "from": "y"}
+
+
+def f0(code: int, env: bytes = ENV, body: bytes = b"\x80", flags: int = 0, nblobs: int = 0,
+       env_len: int | None = None) -> bytes:
+    """Frame 0 built by hand, so a vector can be wrong in exactly one way."""
+    n = len(env) if env_len is None else env_len
+    return binary.header(code, flags, nblobs, n) + env + body
+
+
 ERRORS = [
-    ("wrong magic", [b"XX\x02\x0f\x00\x00\x00\x00", b"\x80", b"\x80"], "bad-magic"),
-    ("truncated header", [b"MA\x02", b"\x80", b"\x80"], "truncated"),
-    ("too few frames", [H(15)], "truncated"),
-    ("unknown version", [b"MA\x09\x0f\x00\x00\x00\x00", b"\x80", b"\x80"], "bad-version"),
-    ("unknown kind code", [H(250), b"\x82\xa2id\xa1x\xa4from\xa1y", b"\x80"], "unknown-kind"),
-    ("invalid msgpack envelope", [H(15), b"\xc1", b"\x80"], "bad-msgpack"),
-    ("envelope not a map", [H(15), b"\x93\x01\x02\x03", b"\x80"], "bad-type"),
-    ("id of the wrong type", [H(15), b"\x82\xa2id\x05\xa4from\xa1y", b"\x80"], "bad-type"),
-    ("reject without reason", [H(14), b"\x82\xa2id\xa1x\xa4from\xa1y", b"\x80"],
-     "missing-field"),
-    ("blob announced but missing", [H(15, 1, 1), b"\x82\xa2id\xa1x\xa4from\xa1y", b"\x80"],
-     "truncated"),
-    ("body references a missing blob", [H(15, 1, 1), b"\x82\xa2id\xa1x\xa4from\xa1y",
-                                        b"\x81\xa6result\xd4\x01\x05", b"raw"], "bad-blob"),
+    ("wrong magic", [b"XX" + f0(15)[2:]], "bad-magic"),
+    ("truncated header", [b"MA\x02"], "truncated"),
+    ("no frames at all", [], "truncated"),
+    ("unknown version", [f0(15)[:2] + b"\x09" + f0(15)[3:]], "bad-version"),
+    ("unknown kind code", [f0(250)], "unknown-kind"),
+    ("envelope length past the end", [f0(15, env_len=200)], "truncated"),
+    ("no body after the envelope", [f0(15, body=b"")], "truncated"),
+    ("invalid msgpack envelope", [f0(15, env=b"\xc1")], "bad-msgpack"),
+    ("invalid msgpack body", [f0(15, body=b"\xc1")], "bad-msgpack"),
+    ("trailing bytes after the body", [f0(15, body=b"\x80\x80")], "bad-msgpack"),
+    ("envelope not a map", [f0(15, env=b"\x93\x01\x02\x03")], "bad-type"),
+    ("id of the wrong type", [f0(15, env=b"\x82\xa2id\x05\xa4from\xa1y")], "bad-type"),
+    ("body not a map", [f0(15, body=b"\x93\x01\x02\x03")], "bad-type"),
+    ("reject without reason", [f0(14)], "missing-field"),
+    ("blob announced but missing", [f0(15, flags=1, nblobs=1)], "truncated"),
+    ("more frames than announced", [f0(15), b"stray"], "too-many-frames"),
+    ("body references a missing blob",
+     [f0(15, body=b"\x81\xa6result\xd4\x01\x05", flags=1, nblobs=1), b"raw"], "bad-blob"),
     ("note longer than 80 characters",
-     [H(42), b"\x82\xa2id\xa1x\xa4from\xa1y", b"\x81\xa4text\xd9\x51" + b"a" * 81],
-     "bad-value"),
+     [f0(42, body=b"\x81\xa4text\xd9\x51" + b"a" * 81)], "bad-value"),
 ]
 
 

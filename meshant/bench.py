@@ -1,0 +1,369 @@
+"""The benchmark suite: meshant against raw pyzmq on the same topology, in the same run.
+
+Each scenario runs the colony (queen and foragers as processes, or threads for inproc)
+and the raw pyzmq floor (broker and worker, same placement), then reports both figures
+and their ratio. Used by ``meshant bench`` and ``benchmarks/roundtrip.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import zmq
+
+from . import _procs
+from .client import Client
+from .stats import summary
+
+
+@dataclass
+class Sizes:
+    seq: int = 3000
+    warmup: int = 300
+    pipelined: int = 20000
+    window: int = 64
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(seq=300, warmup=50, pipelined=2000, window=32)
+
+
+@dataclass
+class Row:
+    scenario: str
+    metric: str
+    unit: str
+    meshant: float
+    raw: float
+    higher_is_better: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        """meshant's cost relative to raw: >1 means meshant is slower."""
+        if self.higher_is_better:
+            return self.raw / self.meshant if self.meshant else float("inf")
+        return self.meshant / self.raw if self.raw else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "metric": self.metric, "unit": self.unit,
+                "meshant": round(self.meshant, 3), "raw": round(self.raw, 3),
+                "ratio": round(self.ratio, 3), **self.extra}
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
+            "msgpack": ".".join(map(str, msgpack.version)), "platform": platform.platform()}
+
+
+# -- topologies ----------------------------------------------------------------------------
+
+class _Endpoints:
+    def __init__(self, transport: str) -> None:
+        self.transport = transport
+        self._tmp = tempfile.mkdtemp(prefix="meshant-bench-") if transport == "ipc" else None
+        self._n = 0
+
+    def next(self) -> str:
+        self._n += 1
+        if self.transport == "tcp":
+            return "tcp://127.0.0.1:0"
+        if self.transport == "ipc":
+            return f"ipc://{self._tmp}/ep{self._n}"
+        return f"inproc://meshant-bench-{os.getpid()}-{id(self)}-{self._n}"
+
+    def close(self) -> None:
+        if self._tmp:
+            for f in os.listdir(self._tmp):
+                os.unlink(os.path.join(self._tmp, f))
+            os.rmdir(self._tmp)
+
+
+class MeshTopology:
+    """A queen and ``n`` echo foragers; processes for tcp/ipc, threads for inproc."""
+
+    def __init__(self, transport: str, foragers: int = 1, slots: int = 1) -> None:
+        self.transport = transport
+        self.eps = _Endpoints(transport)
+        self.procs: list[subprocess.Popen[str]] = []
+        self.inproc: list[Any] = []
+        self.ctx: zmq.Context[Any] | None = None
+        if transport == "inproc":
+            from .builtin import add_builtins
+            from .forager import Forager
+            from .queen import Queen
+
+            self.ctx = zmq.Context()
+            q = Queen(self.eps.next(), self.eps.next(), context=self.ctx).start()
+            self.inproc.append(q)
+            self.endpoint = q.endpoint
+            for _ in range(foragers):
+                f = Forager(self.endpoint, slots=slots, context=self.ctx)
+                add_builtins(f, ["echo"])
+                self.inproc.append(f.start())
+        else:
+            q = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
+                              "--json"])
+            self.procs.append(q)
+            self.endpoint = _procs.read_json_line(q, 20)["router"]
+            fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
+                                "--json"]) for _ in range(foragers)]
+            self.procs.extend(fs)
+            for f in fs:
+                _procs.read_json_line(f, 20)
+
+    def client(self) -> Client:
+        return Client(self.endpoint, context=self.ctx, timeout=10)
+
+    def close(self) -> None:
+        for obj in reversed(self.inproc):
+            obj.stop()
+        _procs.stop(self.procs)
+        if self.ctx is not None:
+            self.ctx.destroy(linger=0)
+        self.eps.close()
+
+
+class RawTopology:
+    """The floor: a forwarding broker and ``n`` echo workers in raw pyzmq."""
+
+    def __init__(self, transport: str, workers: int = 1) -> None:
+        from . import _rawzmq
+
+        self.eps = _Endpoints(transport)
+        self.procs: list[subprocess.Popen[str]] = []
+        self.threads: list[threading.Thread] = []
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        env = {"PYTHONUNBUFFERED": "1"}
+        if transport == "inproc":
+            front, back = self.eps.next(), self.eps.next()
+            self._stop = threading.Event()
+            t = threading.Thread(target=self._broker_thread, args=(front, back), daemon=True)
+            t.start()
+            self.threads.append(t)
+            self._ready.wait(10)
+            for _ in range(workers):
+                w = threading.Thread(target=self._worker_thread, args=(back,), daemon=True)
+                w.start()
+                self.threads.append(w)
+            self.endpoint = front
+            time.sleep(0.1)
+            return
+        b = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "broker",
+                              self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+        self.procs.append(b)
+        info = _procs.read_json_line(b, 20)
+        self.endpoint = info["front"]
+        for _ in range(workers):
+            w = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "worker",
+                                  info["back"]], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+            self.procs.append(w)
+            _procs.read_json_line(w, 20)
+        _ = _rawzmq
+
+    _ready = threading.Event()
+
+    def _broker_thread(self, front_ep: str, back_ep: str) -> None:
+        front = self.ctx.socket(zmq.ROUTER)
+        back = self.ctx.socket(zmq.ROUTER)
+        front.bind(front_ep)
+        back.bind(back_ep)
+        self._ready.set()
+        poller = zmq.Poller()
+        poller.register(front, zmq.POLLIN)
+        poller.register(back, zmq.POLLIN)
+        workers: list[bytes] = []
+        rr = 0
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(100))
+                if back in events:
+                    fr = back.recv_multipart()
+                    if fr[1] == b"READY":
+                        workers.append(fr[0])
+                    else:
+                        front.send_multipart(fr[1:])
+                if front in events and workers:
+                    fr = front.recv_multipart()
+                    rr = (rr + 1) % len(workers)
+                    back.send_multipart([workers[rr], *fr])
+        finally:
+            front.close(0)
+            back.close(0)
+
+    def _worker_thread(self, back_ep: str) -> None:
+        s = self.ctx.socket(zmq.DEALER)
+        s.connect(back_ep)
+        s.send(b"READY")
+        try:
+            while not self._stop.is_set():
+                if s.poll(100):
+                    fr = s.recv_multipart()
+                    s.send_multipart([fr[0], msgpack.packb(msgpack.unpackb(fr[1]))])
+        finally:
+            s.close(0)
+
+    def client(self) -> zmq.Socket[Any]:
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(self.endpoint)
+        return s
+
+    def close(self) -> None:
+        if self.threads:
+            self._stop.set()
+            for t in self.threads:
+                t.join(5)
+        _procs.stop(self.procs)
+        self.ctx.destroy(linger=0)
+        self.eps.close()
+
+
+# -- measurements --------------------------------------------------------------------------
+
+def seq_mesh(c: Client, payload: Any, n: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        c.submit("echo", payload).result(30)
+    out = []
+    pc = time.perf_counter
+    for _ in range(n):
+        t0 = pc()
+        c.submit("echo", payload).result(30)
+        out.append(pc() - t0)
+    return out
+
+
+def seq_raw(s: zmq.Socket[Any], payload: Any, n: int, warmup: int) -> list[float]:
+    packb, unpackb = msgpack.packb, msgpack.unpackb
+    for _ in range(warmup):
+        s.send(packb(payload))
+        unpackb(s.recv())
+    out = []
+    pc = time.perf_counter
+    for _ in range(n):
+        t0 = pc()
+        s.send(packb(payload))
+        unpackb(s.recv())
+        out.append(pc() - t0)
+    return out
+
+
+def pipelined_mesh(c: Client, payload: Any, n: int, window: int) -> float:
+    sem = threading.Semaphore(window)
+    done = threading.Event()
+    left = [n]
+    lock = threading.Lock()
+
+    def finished(_f: Any) -> None:
+        sem.release()
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                done.set()
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        sem.acquire()
+        c.submit("echo", payload).add_done_callback(finished)
+    if not done.wait(120):
+        raise RuntimeError("pipelined benchmark did not finish within 120 s")
+    return n / (time.perf_counter() - t0)
+
+
+def pipelined_raw(s: zmq.Socket[Any], payload: Any, n: int, window: int) -> float:
+    packb, unpackb = msgpack.packb, msgpack.unpackb
+    t0 = time.perf_counter()
+    sent = 0
+    for _ in range(min(window, n)):
+        s.send(packb(payload))
+        sent += 1
+    for _ in range(n):
+        unpackb(s.recv())
+        if sent < n:
+            s.send(packb(payload))
+            sent += 1
+    return n / (time.perf_counter() - t0)
+
+
+PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
+
+
+def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
+                  label: str = "", rounds: int = 10) -> list[Row]:
+    """Sequential round trip percentiles, one forager/worker.
+
+    Both topologies run side by side and take turns in ``rounds`` slices, so drifts in
+    machine load fall on both alike.
+    """
+    mesh = MeshTopology(transport, foragers=1, slots=1)
+    raw = RawTopology(transport, workers=1)
+    try:
+        with mesh.client() as c:
+            s = raw.client()
+            try:
+                m_s: list[float] = []
+                r_s: list[float] = []
+                per = max(1, sizes.seq // rounds)
+                for i in range(rounds):
+                    warm = sizes.warmup if i == 0 else 5
+                    m_s += seq_mesh(c, payload, per, warm)
+                    r_s += seq_raw(s, payload, per, warm)
+            finally:
+                s.close(0)
+    finally:
+        mesh.close()
+        raw.close()
+    m = summary([x * 1e6 for x in m_s])
+    r = summary([x * 1e6 for x in r_s])
+    name = f"round trip, {transport}{label}"
+    return [Row(name, k, "us", m[k], r[k], extra={"samples": m["n"]})
+            for k in ("p50", "p90", "p99", "p99.9", "max")]
+
+
+def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int = 3) -> list[Row]:
+    """Throughput with ``window`` tasks in flight; the best of ``rounds`` alternating runs."""
+    mesh = MeshTopology(transport, foragers=foragers, slots=max(1, sizes.window // foragers))
+    raw = RawTopology(transport, workers=foragers)
+    try:
+        with mesh.client() as c:
+            s = raw.client()
+            try:
+                pipelined_mesh(c, PAYLOAD, sizes.window * 4, sizes.window)  # warm-up
+                pipelined_raw(s, PAYLOAD, sizes.window * 4, sizes.window)
+                n = max(sizes.window, sizes.pipelined // rounds)
+                m = r = 0.0
+                for _ in range(rounds):
+                    m = max(m, pipelined_mesh(c, PAYLOAD, n, sizes.window))
+                    r = max(r, pipelined_raw(s, PAYLOAD, n, sizes.window))
+            finally:
+                s.close(0)
+    finally:
+        mesh.close()
+        raw.close()
+    return [Row(f"pipelined, {transport}, {foragers} forager(s), window {sizes.window}",
+                "throughput", "tasks/s", m, r, higher_is_better=True)]
+
+
+Scenario = Callable[[Sizes], list[Row]]
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = [f"{'scenario':52} {'metric':>10} {'meshant':>12} {'raw pyzmq':>12} {'ratio':>7}"]
+    for r in rows:
+        lines.append(f"{r.scenario:52} {r.metric:>10} {r.meshant:>12,.1f} {r.raw:>12,.1f} "
+                     f"{r.ratio:>6.2f}x")
+    return "\n".join(lines)
