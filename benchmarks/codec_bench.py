@@ -54,9 +54,9 @@ def rate(fn: Callable[[], Any], seconds: float) -> float:
 
 def run(seconds: float = 1.0) -> list[dict[str, Any]]:
     rows = []
+    packb, unpackb = msgpack.packb, msgpack.unpackb
     for name, msg in (("task.assign", ASSIGN), ("task.result", RESULT)):
         d = as_dict(msg)
-        packb, unpackb = msgpack.packb, msgpack.unpackb
         rate(lambda d=d: unpackb(packb(d)), seconds / 4)  # warm-up
         floor = rate(lambda d=d: unpackb(packb(d)), seconds)
         ours = rate(lambda msg=msg: binary.decode(binary.encode(msg)), seconds)

@@ -91,9 +91,9 @@ class Registry:
         held = self.by_name.get(name)
         if held is None or held.identity == identity:
             return False
-        if held.role == "client" and now is not None and now - held.last_seen > self.timeout:
-            return False  # a silent client's name may be taken over
-        return True
+        # A silent client's name may be taken over.
+        return not (held.role == "client" and now is not None
+                    and now - held.last_seen > self.timeout)
 
     def full(self) -> bool:
         return len(self.by_id) >= self.max_peers
