@@ -175,8 +175,11 @@ class Peer:
         if len(frames) == 1:
             self._sock.send(frames[0])
         else:
-            # Blob frames go out zero-copy; small frames are cheaper copied.
-            self._sock.send_multipart(frames, copy=False)
+            # Large blob frames go out zero-copy; small frames are cheaper copied.
+            send = self._sock.send
+            last = len(frames) - 1
+            for i, f in enumerate(frames):
+                send(f, zmq.SNDMORE if i < last else 0, copy=len(f) < 65536)
         self._last_send = time.monotonic()
 
     def _next_wakeup(self) -> float:

@@ -124,8 +124,8 @@ class MeshTopology:
             for f in fs:
                 _procs.read_json_line(f, 20)
 
-    def client(self) -> Client:
-        return Client(self.endpoint, context=self.ctx, timeout=10)
+    def client(self, threaded: bool = False) -> Client:
+        return Client(self.endpoint, context=self.ctx, timeout=10, threaded=threaded)
 
     def close(self) -> None:
         for obj in reversed(self.inproc):
@@ -303,7 +303,7 @@ PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
 
 
 def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
-                  label: str = "", rounds: int = 10) -> list[Row]:
+                  label: str = "", rounds: int = 10, threaded: bool = False) -> list[Row]:
     """Sequential round trip percentiles, one forager/worker.
 
     Both topologies run side by side and take turns in ``rounds`` slices, so drifts in
@@ -312,7 +312,7 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
     mesh = MeshTopology(transport, foragers=1, slots=1)
     raw = RawTopology(transport, workers=1)
     try:
-        with mesh.client() as c:
+        with mesh.client(threaded) as c:
             s = raw.client()
             try:
                 m_s: list[float] = []
@@ -339,7 +339,7 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
     mesh = MeshTopology(transport, foragers=foragers, slots=max(1, sizes.window // foragers))
     raw = RawTopology(transport, workers=foragers)
     try:
-        with mesh.client() as c:
+        with mesh.client(threaded=True) as c:
             s = raw.client()
             try:
                 pipelined_mesh(c, PAYLOAD, sizes.window * 4, sizes.window)  # warm-up
@@ -360,10 +360,49 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
 
 Scenario = Callable[[Sizes], list[Row]]
 
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    "roundtrip": ("sequential round trip over tcp, direct client, trivial echo",
+                  lambda z: run_roundtrip("tcp", z)),
+    "roundtrip-threaded": ("the same with the default threaded client",
+                           lambda z: run_roundtrip("tcp", z, threaded=True,
+                                                   label=", threaded client")),
+    "pipelined": ("pipelined throughput, window of tasks in flight, 1 forager",
+                  lambda z: run_pipelined("tcp", z, 1)),
+    "pipelined-4": ("pipelined throughput, 4 foragers", lambda z: run_pipelined("tcp", z, 4)),
+    "payload-100B": ("round trip of a 100 B bytes payload (inline msgpack bin)",
+                     lambda z: run_roundtrip("tcp", _fewer(z), b"x" * 100, ", 100 B bytes")),
+    "payload-10KB": ("round trip of a 10 KB bytes payload",
+                     lambda z: run_roundtrip("tcp", _fewer(z), b"x" * 10_000, ", 10 KB bytes")),
+    "payload-1MB": ("round trip of a 1 MB bytes payload",
+                    lambda z: run_roundtrip("tcp", _fewer(z, 10), b"x" * 1_000_000,
+                                            ", 1 MB bytes (blob frame)")),
+    "ipc": ("sequential round trip over ipc://", lambda z: run_roundtrip("ipc", z)),
+    "inproc": ("sequential round trip over inproc://, everything in one process",
+               lambda z: run_roundtrip("inproc", z)),
+}
+
+
+def _fewer(z: Sizes, factor: int = 3) -> Sizes:
+    return Sizes(seq=max(30, z.seq // factor), warmup=max(5, z.warmup // factor),
+                 pipelined=z.pipelined, window=z.window)
+
+
+def run_suite(names: list[str], sizes: Sizes,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the named scenarios; returns the machine, the rows and the wall time."""
+    t0 = time.monotonic()
+    rows: list[Row] = []
+    for name in names:
+        if progress is not None:
+            progress(name)
+        rows.extend(SCENARIOS[name][1](sizes))
+    return {"machine": machine(), "sizes": sizes.__dict__, "seconds": round(
+        time.monotonic() - t0, 2), "rows": [r.as_dict() for r in rows], "_rows": rows}
+
 
 def format_table(rows: list[Row]) -> str:
-    lines = [f"{'scenario':52} {'metric':>10} {'meshant':>12} {'raw pyzmq':>12} {'ratio':>7}"]
+    lines = [f"{'scenario':48} {'metric':>10} {'meshant':>11} {'raw pyzmq':>11} {'ratio':>7}"]
     for r in rows:
-        lines.append(f"{r.scenario:52} {r.metric:>10} {r.meshant:>12,.1f} {r.raw:>12,.1f} "
+        lines.append(f"{r.scenario:48} {r.metric:>10} {r.meshant:>11,.1f} {r.raw:>11,.1f} "
                      f"{r.ratio:>6.2f}x")
     return "\n".join(lines)

@@ -79,7 +79,8 @@ class TaskFuture(Future):  # type: ignore[type-arg]
 
 
 def _wrap(value: Any) -> Any:
-    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) else value
+    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) and (
+        len(value) >= p.BLOB_MIN) else value
 
 
 def _unwrap(value: Any) -> Any:
@@ -115,6 +116,7 @@ class Client(Peer):
         self._handlers.update({
             "task.submitted": self._on_submitted,
             "task.result": self._on_result,
+            "task.batch": self._on_batch,
             "task.progress": self._on_progress,
             "task.state": self._on_reply,
             "status.reply": self._on_reply,
@@ -350,8 +352,15 @@ class Client(Peer):
         if self.on_update is not None:
             self.on_update(fut.task_id, u)
 
+    def _on_batch(self, msg: p.Message) -> None:
+        for item in msg.b["results"]:
+            if isinstance(item, dict):
+                self._result(item)
+
     def _on_result(self, msg: p.Message) -> None:
-        b = msg.b
+        self._result(msg.b)
+
+    def _result(self, b: dict[str, Any]) -> None:
         fut = self._tasks.get(b.get("task", ""))
         seq = b.get("seq", 0)
         if fut is None or seq <= fut.last_seq:

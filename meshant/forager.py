@@ -78,7 +78,8 @@ class Handler:
 
 
 def _wrap(value: Any) -> Any:
-    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) else value
+    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) and (
+        len(value) >= p.BLOB_MIN) else value
 
 
 def _unwrap(value: Any) -> Any:

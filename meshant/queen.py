@@ -530,6 +530,8 @@ class Queen:
         self.scheduler.out = []
         wall = time.time()
         mono = time.monotonic()
+        by_id = self.registry.by_id
+        batches: dict[bytes, list[dict[str, Any]]] = {}
         for action in out:
             what = action[0]
             if what == "assign":
@@ -551,8 +553,26 @@ class Queen:
                                            ref=att.id, ts=wall))
             else:
                 task, kind, body = action[1], action[2], action[3]
-                self._send_to(task.client, BINARY,
+                client = task.client
+                if kind == "task.result":
+                    peer = by_id.get(client)
+                    if peer is not None and "batch" in peer.features:
+                        # Results for one client in one turn travel as one message.
+                        batches.setdefault(client, []).append(body)
+                        continue
+                if client in batches:
+                    self._send_results(client, batches.pop(client))  # keep the order
+                self._send_to(client, BINARY,
                               p.Message(kind, body, to=task.client_name, ref=task.id, ts=wall))
+        for client, items in batches.items():
+            self._send_results(client, items)
+
+    def _send_results(self, client: bytes, items: list[dict[str, Any]]) -> None:
+        if len(items) == 1:
+            msg = p.Message("task.result", items[0], ref=items[0]["task"])
+        else:
+            msg = p.Message("task.batch", {"results": items})
+        self._send_to(client, BINARY, msg)
 
     def _send(self, node: Node, msg: p.Message) -> None:
         if not msg.frm:

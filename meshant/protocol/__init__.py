@@ -4,11 +4,12 @@ from . import binary, legacy
 from .codec import BINARY, JSON, decode_any, encode_for
 from .errors import ProtocolError
 from .kinds import BY_CODE, BY_NAME, KINDS, NOTE_MAX, Kind, kind_by_name, validate_body
-from .message import Blob, IdMaker, Message, new_id
+from .message import BLOB_MIN, Blob, IdMaker, Message, new_id
 from .negotiation import QueenTerms, Refusal, Welcome, negotiate, valid_name
 
 __all__ = [
     "BINARY",
+    "BLOB_MIN",
     "BY_CODE",
     "BY_NAME",
     "JSON",

@@ -8,6 +8,10 @@ from typing import Any
 
 from .kinds import kind_by_name, validate_body
 
+# Byte payloads from this size on travel as raw frames; smaller ones are cheaper inline
+# as msgpack bin (a copy of a few KB costs less than an extra frame per hop).
+BLOB_MIN = 64 * 1024
+
 
 class Blob:
     """A raw payload that travels as its own ZeroMQ frame, never re-encoded.
