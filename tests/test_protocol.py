@@ -216,3 +216,16 @@ def test_negotiation_refusals(hello: dict[str, Any], code: str) -> None:
 def test_negotiation_fallback_name() -> None:
     w = negotiate({"role": "client", "versions": [2]}, TERMS, "client-abc")
     assert isinstance(w, Welcome) and w.name == "client-abc"
+
+
+def test_spec_kind_table_matches_the_code() -> None:
+    spec = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    rows = {}
+    for line in spec.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 6 and parts[1].isdigit() and parts[2].startswith("`"):
+            rows[int(parts[1])] = (parts[2].strip("`"), parts[4])
+    assert {code: name for code, (name, _) in rows.items()} == {k.code: k.name for k in KINDS}
+    for k in KINDS:
+        for f in k.fields:
+            assert f"`{f.name}`{'*' if f.required else ''}:" in rows[k.code][1], (k.name, f.name)

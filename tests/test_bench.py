@@ -1,0 +1,59 @@
+"""The benchmark suite's smoke test: it runs and its output has the promised shape.
+
+Timing is never asserted: only that figures exist, are positive, and come with raw pyzmq's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_meshant_bench_quick_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    csv = tmp_path / "bench.csv"
+    r = subprocess.run([sys.executable, "-m", "meshant", "bench", "--quick",
+                        "-s", "roundtrip", "-s", "pipelined", "-s", "payload-1MB",
+                        "-s", "inproc", "--json", str(out), "--csv", str(csv)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "raw pyzmq" in r.stdout and "ratio" in r.stdout
+    report = json.loads(out.read_text())
+    assert report["machine"]["cpus"] >= 1 and report["machine"]["libzmq"]
+    rows = report["rows"]
+    metrics = {(row["scenario"], row["metric"]) for row in rows}
+    assert ("round trip, tcp", "p50") in metrics and ("round trip, tcp", "p99.9") in metrics
+    assert any(m == "throughput" for _, m in metrics)
+    for row in rows:
+        assert row["meshant"] > 0 and row["raw"] > 0 and row["ratio"] > 0
+    assert csv.read_text().splitlines()[0] == "scenario,metric,unit,meshant,raw,ratio"
+
+
+def test_bench_list_and_unknown_scenario() -> None:
+    r = subprocess.run([sys.executable, "-m", "meshant", "bench", "--list"],
+                       capture_output=True, text=True, timeout=60)
+    assert "roundtrip" in r.stdout and "payload-1MB" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "meshant", "bench", "-s", "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown scenario" in r.stderr
+
+
+def test_codec_benchmark_runs() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "codec_bench.py"),
+                        "--seconds", "0.05", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {row["message"] for row in rows} == {"task.assign", "task.result"}
+    assert all(row["ratio"] > 0 for row in rows)
+
+
+def test_roundtrip_benchmark_script_runs() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "roundtrip.py"), "--quick",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["rows"]) == 11
