@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +41,7 @@ def as_dict(m: Message) -> dict[str, Any]:
 
 def rate(fn: Callable[[], Any], seconds: float) -> float:
     n = 0
-    batch = 1000
+    batch = 500
     t0 = time.perf_counter()
     end = t0 + seconds
     while True:
@@ -52,16 +53,25 @@ def rate(fn: Callable[[], Any], seconds: float) -> float:
             return n / (now - t0)
 
 
-def run(seconds: float = 1.0) -> list[dict[str, Any]]:
+def run(seconds: float = 1.0, rounds: int = 10) -> list[dict[str, Any]]:
+    """Codec and floor take turns in ``rounds`` slices; each figure is the median slice,
+    so drifts in machine load fall on both alike."""
     rows = []
     packb, unpackb = msgpack.packb, msgpack.unpackb
     for name, msg in (("task.assign", ASSIGN), ("task.result", RESULT)):
         d = as_dict(msg)
-        rate(lambda d=d: unpackb(packb(d)), seconds / 4)  # warm-up
-        floor = rate(lambda d=d: unpackb(packb(d)), seconds)
-        ours = rate(lambda msg=msg: binary.decode(binary.encode(msg)), seconds)
-        rows.append({"message": name, "codec_ops_per_s": round(ours),
-                     "msgpack_ops_per_s": round(floor), "ratio": round(floor / ours, 3)})
+        floor_fn = lambda d=d: unpackb(packb(d))  # noqa: E731
+        ours_fn = lambda msg=msg: binary.decode(binary.encode(msg))  # noqa: E731
+        rate(floor_fn, seconds / 10)  # warm-up
+        rate(ours_fn, seconds / 10)
+        floors, ours = [], []
+        for _ in range(rounds):
+            floors.append(rate(floor_fn, seconds / rounds))
+            ours.append(rate(ours_fn, seconds / rounds))
+        ratios = sorted(f / o for f, o in zip(floors, ours, strict=True))
+        rows.append({"message": name, "codec_ops_per_s": round(statistics.median(ours)),
+                     "msgpack_ops_per_s": round(statistics.median(floors)),
+                     "ratio": round(ratios[len(ratios) // 2], 3)})
     return rows
 
 

@@ -9,6 +9,7 @@ kind code at byte 3 without unpacking anything. See docs/protocol.md.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,8 @@ _unpackb = msgpack.unpackb
 _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from
 _NOT_EXTRA = frozenset({"v", "kind", "body"})
+# One reusable packer per thread: cheaper than msgpack.packb's packer per call.
+_local = threading.local()
 
 
 def header(code: int, flags: int = 0, nblobs: int = 0, env_len: int = 0) -> bytes:
@@ -92,26 +95,32 @@ def encode(msg: Message) -> list[Any]:
             if k not in _ENV_KEYS:
                 env[k] = v
     flags = FLAG_BATCH if code == _BATCH_CODE else 0
-    blobs: list[Any] | None = None
     try:
-        env_b = _packb(env)
+        packer = _local.packer
+    except AttributeError:
+        packer = _local.packer = msgpack.Packer(autoreset=False)
+    packer.reset()
+    try:
+        packer.pack(env)
+        n = len(packer.getbuffer())
+        if n > MAX_ENVELOPE:
+            raise ProtocolError(TOO_LARGE, f"the envelope is {n} bytes, over {MAX_ENVELOPE}")
         try:
-            body_b = _packb(msg.body)
+            packer.pack(msg.body)
         except TypeError:
             # Blobs (or something unencodable): the slow path finds out which.
-            blobs = []
+            blobs: list[Any] = []
             body_b = _packb(msg.body, default=_blob_collector(blobs))
+            data = _packb(env) + body_b  # a failed pack empties the packer: redo the env
+            if blobs:
+                return [_pack_header(MAGIC, VERSION, code, flags | FLAG_BLOBS, len(blobs), n)
+                        + data, *blobs]
+            return [_pack_header(MAGIC, VERSION, code, flags, 0, n) + data]
     except ProtocolError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
         raise ProtocolError(BAD_TYPE, f"cannot encode {msg.kind} message: {e}") from None
-    n = len(env_b)
-    if n > MAX_ENVELOPE:
-        raise ProtocolError(TOO_LARGE, f"the envelope is {n} bytes, over {MAX_ENVELOPE}")
-    if blobs:
-        return [_pack_header(MAGIC, VERSION, code, flags | FLAG_BLOBS, len(blobs), n) + env_b
-                + body_b, *blobs]
-    return [_pack_header(MAGIC, VERSION, code, flags, 0, n) + env_b + body_b]
+    return [_pack_header(MAGIC, VERSION, code, flags, 0, n) + packer.bytes()]
 
 
 def _blob_collector(blobs: list[Any]) -> Any:
@@ -155,7 +164,8 @@ def decode(
     if body_at >= size:
         raise ProtocolError(TRUNCATED, f"header announces a {env_len}-byte envelope and a body, "
                             f"but frame 0 has {size - HEADER_SIZE} bytes after the header")
-    view = memoryview(f0)
+    # bytes slices: msgpack unpacks them faster than memoryview slices, and they are small
+    view = f0 if f0.__class__ is bytes else memoryview(f0)
     try:
         env = _unpackb(view[HEADER_SIZE:body_at])
     except Exception as e:

@@ -110,31 +110,43 @@ def kind_by_code(code: int) -> Kind:
         raise ProtocolError(UNKNOWN_KIND, f"unknown kind code {code}") from None
 
 
+def _compile(kind: Kind) -> tuple[tuple[str, ...], dict[str, tuple[tuple[type, ...], bool]]]:
+    required = tuple(f.name for f in kind.fields if f.required)
+    typed = {f.name: (_as_tuple(f.types), bool in _as_tuple(f.types))
+             for f in kind.fields if f.types is not _ANY}
+    return required, typed
+
+
 def validate_body(kind: Kind, body: object) -> None:
     """Check ``body`` against the kind's row. Unknown fields are ignored, never rejected."""
     if body is None:
         body = {}
-    if not isinstance(body, dict):
+    elif body.__class__ is not dict:
         raise ProtocolError(BAD_TYPE, f"{kind.name} body must be a map, not {type(body).__name__}")
-    for f in kind.fields:
-        if f.name not in body:
-            if f.required:
-                raise ProtocolError(MISSING_FIELD, f"{kind.name} body needs field {f.name!r}")
-            continue
-        value = body[f.name]
-        if f.types is _ANY:
-            continue
+    required, typed = _CHECKS[kind.code]
+    for name in required:
+        if name not in body:
+            raise ProtocolError(MISSING_FIELD, f"{kind.name} body needs field {name!r}")
+    # Walk the body (usually a few keys) rather than the kind's field list.
+    get = typed.get
+    for name, value in body.items():  # type: ignore[attr-defined]
+        spec = get(name)
+        if spec is None:
+            continue  # an unknown or untyped field
+        types, bool_ok = spec
         # bool is an int in Python; a flag must not pass as a count or the other way round.
-        if not isinstance(value, f.types) or (isinstance(value, bool) and f.types is not bool
-                                              and bool not in _as_tuple(f.types)):
-            raise ProtocolError(
-                BAD_TYPE, f"{kind.name} body field {f.name!r} has the wrong type "
-                f"({type(value).__name__})")
-    if kind.name == "note":
-        text = body["text"]
+        if not isinstance(value, types) or (value.__class__ is bool and not bool_ok):
+            raise ProtocolError(BAD_TYPE, f"{kind.name} body field {name!r} has the wrong "
+                                f"type ({type(value).__name__})")
+    if kind.code == _NOTE_CODE:
+        text = body["text"]  # type: ignore[index]
         if len(text) > NOTE_MAX or "\n" in text or "\r" in text:
             raise ProtocolError(BAD_VALUE, f"a note is one line of at most {NOTE_MAX} characters")
 
 
 def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
     return t if isinstance(t, tuple) else (t,)
+
+
+_CHECKS = {k.code: _compile(k) for k in KINDS}
+_NOTE_CODE = BY_NAME["note"].code
