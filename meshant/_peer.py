@@ -1,12 +1,17 @@
-"""What foragers and clients share: one I/O thread owning a DEALER, hello/welcome, heartbeats.
+"""What foragers and clients share: the connection to the queen.
 
-Other threads never touch the socket: they append to ``_outbox`` and poke the waker.
+One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. It says
+hello, keeps the welcome's terms, sends heartbeats, watches the queen's heartbeats, and
+reconnects (a fresh DEALER, bounded exponential backoff with jitter) when the queen dies
+or restarts. Other threads never touch the sockets: they append to ``_outbox`` (or
+``_calls``) and poke the waker.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import secrets
 import socket
 import threading
@@ -20,14 +25,22 @@ import zmq
 from . import protocol as p
 from ._waker import Waker
 from .errors import MeshantError, QueenUnreachable, Refused
+from .heartbeat import HeartbeatMonitor
 
 log = logging.getLogger("meshant")
 
-FEATURES = ["batch", "progress", "blobs"]
-HELLO_RETRY = 2.0
+FEATURES = ["batch", "progress", "blobs", "mem.sync", "broadcast"]
+BACKOFF_FIRST = 0.25
+BACKOFF_CAP = 5.0
 # Plain ints: pyzmq's enum flags cost microseconds per operation on the hot path.
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+
+HB_TOPIC = b"$hb"
+MEM_TOPIC = b"$mem"
+USER_PREFIX = b"u."
 
 
 def default_name(role: str) -> str:
@@ -37,6 +50,23 @@ def default_name(role: str) -> str:
 def resolve_queen(queen: str | None) -> str:
     """The queen endpoint: the argument, else ``$MESHANT_QUEEN``, else the default."""
     return queen or os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
+
+
+def pub_endpoint_for(pub: str, queen: str) -> str:
+    """The PUB endpoint to connect to: a wildcard host is replaced by the queen's host."""
+    scheme, _, rest = pub.partition("://")
+    if scheme != "tcp":
+        return pub
+    host, _, port = rest.rpartition(":")
+    if host in ("0.0.0.0", "*", "[::]", "::", ""):
+        qhost = queen.partition("://")[2].rpartition(":")[0]
+        return f"tcp://{qhost}:{port}" if qhost else pub
+    return pub
+
+
+def backoff(attempt: int) -> float:
+    """Delay before reconnect attempt ``attempt`` (0-based): exponential, capped, jittered."""
+    return min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** attempt) * random.uniform(0.5, 1.0)
 
 
 class Peer:
@@ -50,8 +80,13 @@ class Peer:
             raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
         self.welcome: dict[str, Any] = {}
         self.features: frozenset[str] = frozenset()
+        self.epoch = ""
+        self.reconnects = 0
+        # Proves to the queen that a reconnecting peer is the one that held its name.
+        self._session = secrets.token_hex(16)
         self._ctx = context or zmq.Context.instance()
         self._outbox: deque[p.Message] = deque()
+        self._calls: deque[Callable[[], None]] = deque()
         self._waker = Waker()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -59,11 +94,18 @@ class Peer:
         self._refusal: MeshantError | None = None
         self._thread: threading.Thread | None = None
         self._hello_id = ""
+        self._hello_attempt = 0
         self._last_send = 0.0
         self._next_hello = 0.0
         self._io_ident = -1
         self._last_hb = 0.0
         self._hb_interval = 1.0
+        self._queen_mon: HeartbeatMonitor | None = None
+        self._poller = zmq.Poller()
+        self._sock: zmq.Socket[Any] | None = None
+        self._sub: zmq.Socket[Any] | None = None
+        self._sub_endpoint = ""
+        self._topics: set[bytes] = {HB_TOPIC}
         self._handlers: dict[str, Callable[[p.Message], None]] = {
             "welcome": self._on_welcome,
             "error": self._on_error,
@@ -85,12 +127,15 @@ class Peer:
             self.close()
             if err is not None:
                 raise err
-            raise QueenUnreachable(
-                f"no answer from the queen at {self.queen} within {timeout:g} s: is it "
-                "running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+            raise self._unreachable(timeout)
+
+    def _unreachable(self, timeout: float) -> QueenUnreachable:
+        return QueenUnreachable(
+            f"no answer from the queen at {self.queen} within {timeout:g} s: is it "
+            "running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the I/O thread and close the socket (idempotent)."""
+        """Stop the I/O thread and close the sockets (idempotent)."""
         self._stopping.set()
         self._waker.wake()
         t = self._thread
@@ -108,19 +153,37 @@ class Peer:
             # The I/O thread flushes its outbox every turn; only others must wake it.
             self._waker.wake()
 
-    # -- the I/O thread -------------------------------------------------------------------
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in the I/O thread (socket work from other threads goes through here)."""
+        self._calls.append(fn)
+        if threading.get_ident() != self._io_ident:
+            self._waker.wake()
+
+    def _subscribe(self, topic: bytes) -> None:
+        """(I/O thread) Receive PUB messages whose topic starts with ``topic``."""
+        if topic not in self._topics:
+            self._topics.add(topic)
+            if self._sub is not None:
+                self._sub.setsockopt(zmq.SUBSCRIBE, topic)
+
+    # -- what subclasses say --------------------------------------------------------------
 
     def _hello_body(self) -> dict[str, Any]:
         return {"role": self.role, "name": self.name, "versions": [p.binary.VERSION],
                 "codecs": ["msgpack"], "features": FEATURES, "host": socket.gethostname(),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "session": self._session}
 
     def _hb_body(self) -> dict[str, Any]:
         return {}
 
     def _next_timer(self) -> float:
         """When the I/O loop must wake up next, with nothing to read."""
-        return self._next_hb()
+        t = self._next_hb()
+        if self._queen_mon is not None:
+            d = self._queen_mon.next_deadline()
+            if d is not None:
+                t = min(t, d)
+        return t
 
     def _on_timers(self, now: float) -> None:
         pass
@@ -129,67 +192,137 @@ class Peer:
         """When the next heartbeat is due: any message counts, so idle peers only."""
         return self._last_send + self._hb_interval
 
+    def _after_welcome(self, first: bool) -> None:
+        pass
+
+    def _queen_lost(self, now: float, why: str) -> None:
+        pass
+
+    def _on_pub(self, topic: bytes, msg: p.Message) -> None:
+        pass
+
+    def _refused_unregistered(self, ref: str | None) -> None:
+        pass
+
+    def _on_remote_error(self, msg: p.Message) -> None:
+        log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])
+
+    # -- sockets --------------------------------------------------------------------------
+
     def _open_socket(self) -> zmq.Socket[Any]:
+        """A fresh DEALER (so a fresh identity on the queen's ROUTER), connected."""
+        old = self._sock
+        if old is not None:
+            self._poller.unregister(old)
+            old.close(0)
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
+        # ZMTP pings find a dead TCP peer even when nothing else is being sent.
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 10000)
         sock.connect(self.queen)
         self._sock = sock
+        self._poller.register(sock, zmq.POLLIN)
         return sock
+
+    def _open_sub(self, endpoint: str) -> None:
+        if not endpoint or endpoint == self._sub_endpoint:
+            return
+        if self._sub is not None:
+            self._poller.unregister(self._sub)
+            self._sub.close(0)
+        sub = self._ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.RCVHWM, 100_000)
+        for t in self._topics:
+            sub.setsockopt(zmq.SUBSCRIBE, t)
+        sub.connect(pub_endpoint_for(endpoint, self.queen))
+        self._sub = sub
+        self._sub_endpoint = endpoint
+        self._poller.register(sub, zmq.POLLIN)
+
+    def _close_sockets(self) -> None:
+        for s in (self._sock, self._sub):
+            if s is not None:
+                try:
+                    self._poller.unregister(s)
+                except KeyError:
+                    pass
+                s.close()
+        self._sock = self._sub = None
 
     def _io_main(self) -> None:
         self._io_ident = threading.get_ident()
-        sock = self._open_socket()
+        self._open_socket()
         try:
-            self._io_loop(sock)
+            self._io_loop()
         except Exception:
             log.exception("%s %s: I/O thread failed", self.role, self.name)
         finally:
-            self._io_closing(sock)
-            sock.close()
+            self._io_closing()
+            self._close_sockets()
             self._waker.close()
             self._stopped.set()
             self._welcomed.set()  # nobody waits forever for a welcome that cannot come
 
-    def _io_closing(self, sock: zmq.Socket[Any]) -> None:
-        if self._welcomed.is_set() and self._refusal is None:
+    def _io_closing(self) -> None:
+        if self._welcomed.is_set() and self._refusal is None and self._sock is not None:
             try:
                 # Tell the queen at once rather than let it wait out our heartbeats.
                 self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
             except zmq.ZMQError:
                 pass
 
+    # -- sending --------------------------------------------------------------------------
+
     def _say_hello(self) -> None:
         msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
         self._hello_id = msg.id
-        self._next_hello = time.monotonic() + HELLO_RETRY
+        self._next_hello = time.monotonic() + backoff(self._hello_attempt)
+        self._hello_attempt += 1
         self._send_now(msg)
 
-    def _send_now(self, msg: p.Message) -> None:
+    def _send_now(self, msg: p.Message) -> bool:
+        """Send at once; False if the socket cannot take it now (then nothing was sent)."""
         if not msg.frm:
             msg.frm = self.name
         if not msg.ts:
             msg.ts = time.time()
         frames = p.binary.encode(msg)
-        if len(frames) == 1:
-            self._sock.send(frames[0])
-        else:
-            # Large blob frames go out zero-copy; small frames are cheaper copied.
-            send = self._sock.send
-            last = len(frames) - 1
-            for i, f in enumerate(frames):
-                send(f, zmq.SNDMORE if i < last else 0, copy=len(f) < 65536)
+        sock = self._sock
+        assert sock is not None
+        try:
+            if len(frames) == 1:
+                sock.send(frames[0], _NOBLOCK)
+            else:
+                # Large blob frames go out zero-copy; small frames are cheaper copied.
+                last = len(frames) - 1
+                for i, f in enumerate(frames):
+                    sock.send(f, _MORE_NOBLOCK if i < last else _NOBLOCK,
+                              copy=len(f) < 65536)
+        except zmq.Again:
+            return False  # the pipe to the queen is full: the queen is gone or stalled
         self._last_send = time.monotonic()
+        return True
 
-    def _next_wakeup(self) -> float:
-        return self._next_timer() if self._welcomed.is_set() else self._next_hello
+    def _flush(self, outbox: deque[p.Message]) -> None:
+        while outbox:
+            msg = outbox.popleft()
+            if not self._send_now(msg):
+                outbox.appendleft(msg)
+                return
+
+    # -- receiving ------------------------------------------------------------------------
 
     def _receive(self, sock: zmq.Socket[Any]) -> None:
-        """Read and dispatch what the socket holds, without blocking."""
+        """Read and dispatch what the DEALER holds, without blocking."""
         handlers = self._handlers
         recv = sock.recv_multipart
         events = sock.getsockopt
+        mon = self._queen_mon
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
@@ -199,53 +332,119 @@ class Peer:
             except p.ProtocolError as e:
                 log.warning("%s: bad message from the queen: %s", self.name, e)
                 continue
+            if mon is not None:
+                mon.beat("queen", time.monotonic())
             h = handlers.get(msg.kind)
             if h is not None:
                 h(msg)
 
+    def _receive_pub(self, sub: zmq.Socket[Any]) -> None:
+        events = sub.getsockopt
+        for _ in range(1000):
+            if not events(_EVENTS) & _POLLIN:
+                break
+            frames = sub.recv_multipart()
+            if len(frames) < 2:
+                continue
+            topic = frames[0]
+            try:
+                msg = p.binary.decode(frames[1:])
+            except p.ProtocolError as e:
+                log.warning("%s: bad broadcast from the queen: %s", self.name, e)
+                continue
+            if topic == HB_TOPIC:
+                self._on_queen_hb(msg)
+            else:
+                self._on_pub(topic, msg)
+
+    def _on_queen_hb(self, msg: p.Message) -> None:
+        epoch = msg.b.get("epoch")
+        if not self._welcomed.is_set() or self._queen_mon is None:
+            return
+        if epoch and epoch != self.epoch:
+            self._lose_queen(time.monotonic(), f"the queen restarted (epoch {epoch})")
+            return
+        self._queen_mon.beat("queen", time.monotonic())
+
+    def _lose_queen(self, now: float, why: str) -> None:
+        """The queen is dead or restarted: reconnect on a fresh DEALER and hello again."""
+        log.warning("%s: %s; reconnecting", self.name, why)
+        self._welcomed.clear()
+        self._queen_mon = None
+        self.reconnects += 1
+        self._hello_attempt = 0
+        self._open_socket()
+        self._queen_lost(now, why)
+        self._say_hello()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _next_wakeup(self) -> float:
+        return self._next_timer() if self._welcomed.is_set() else self._next_hello
+
     def _timers(self, now: float) -> None:
         if not self._welcomed.is_set():
-            if now >= self._next_hello:
+            if now >= self._next_hello and self._refusal is None:
                 self._say_hello()
+            self._on_timers(now)
+            return
+        mon = self._queen_mon
+        if mon is not None and mon.check(now):
+            self._lose_queen(now, f"no sign of life from the queen for "
+                             f"{mon.timeout:g} s")
             return
         self._on_timers(now)
         if now >= self._next_hb():
-            self._send_now(p.Message("hb", self._hb_body(), to="queen"))
-            self._last_hb = self._last_send
+            if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
+                self._last_hb = self._last_send
 
-    def _io_loop(self, sock: zmq.Socket[Any]) -> None:
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+    def _turn(self, events: dict[Any, int]) -> None:
+        """One loop turn after a poll: read, run queued calls, flush, timers."""
+        sock, sub = self._sock, self._sub
+        if sock is not None and sock in events:
+            self._receive(sock)
+        if sub is not None and sub in events:
+            self._receive_pub(sub)
+        calls = self._calls
+        while calls:
+            calls.popleft()()
+        if self._outbox and self._welcomed.is_set():
+            self._flush(self._outbox)
+        self._timers(time.monotonic())
+
+    def _io_loop(self) -> None:
+        poller = self._poller
         poller.register(self._waker.fd, zmq.POLLIN)
+        waker_fd = self._waker.fd
         self._say_hello()
-        outbox = self._outbox
         while not self._stopping.is_set():
             wait = self._next_wakeup() - time.monotonic()
+            if self._outbox and self._welcomed.is_set():
+                wait = min(wait, 0.05)  # the pipe was full: try again soon
             events = dict(poller.poll(max(0.0, wait) * 1000))
-            if sock in events:
-                self._receive(sock)
-            if self._waker.fd in events:
+            if waker_fd in events:
                 self._waker.drain()
-            if outbox and self._welcomed.is_set():
-                self._flush(outbox)
-            self._timers(time.monotonic())
+            self._turn(events)
 
-    def _flush(self, outbox: deque[p.Message]) -> None:
-        while outbox:
-            self._send_now(outbox.popleft())
+    # -- handlers -------------------------------------------------------------------------
 
     def _on_welcome(self, msg: p.Message) -> None:
         if msg.ref != self._hello_id:
-            return
-        self.welcome = msg.b
-        self.name = msg.b.get("name", self.name)
-        self.features = frozenset(msg.b.get("features", ()))
-        self._hb_interval = float(msg.b["hb_interval"])
+            return  # the answer to an older hello
+        b = msg.b
+        first = not self.welcome
+        self.welcome = b
+        self.name = b.get("name", self.name)
+        self.features = frozenset(b.get("features", ()))
+        self.epoch = b["epoch"]
+        self._hb_interval = float(b["hb_interval"])
+        self._hello_attempt = 0
+        now = time.monotonic()
+        self._queen_mon = HeartbeatMonitor(self._hb_interval, int(b["hb_misses"]))
+        self._queen_mon.add("queen", now)
+        self._open_sub(str(b.get("pub") or ""))
         self._welcomed.set()
-        self._after_welcome()
-
-    def _after_welcome(self) -> None:
-        pass
+        self._after_welcome(first)
 
     def _on_error(self, msg: p.Message) -> None:
         code = msg.b["code"]
@@ -256,6 +455,7 @@ class Peer:
             if self._welcomed.is_set():
                 log.info("%s: the queen forgot us; saying hello again", self.name)
                 self._welcomed.clear()
+                self._hello_attempt = 0
                 self._say_hello()
             return
         if msg.ref is not None and msg.ref == self._hello_id:
@@ -265,9 +465,3 @@ class Peer:
             self._welcomed.set()
             return
         self._on_remote_error(msg)
-
-    def _refused_unregistered(self, ref: str | None) -> None:
-        pass
-
-    def _on_remote_error(self, msg: p.Message) -> None:
-        log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])

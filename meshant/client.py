@@ -88,7 +88,15 @@ def _unwrap(value: Any) -> Any:
 
 
 class Client(Peer):
-    """Connects to a queen and submits tasks. Blocks up to ``timeout`` for the welcome."""
+    """Connects to a queen and submits tasks.
+
+    ``timeout``: seconds to wait for the queen's welcome (else QueenUnreachable).
+    ``wait``: default seconds the queen waits for a forager offering a capability.
+    ``on_progress``: called as ``fn(task_id, update)`` (in the I/O thread) for each progress
+    report and partial result. ``threaded=False``: no I/O thread (see the module doc).
+    ``queen_wait``: when the queen goes silent, pending futures fail with
+    QueenUnreachable after this many seconds unless it comes back first.
+    """
 
     role = "client"
 
@@ -101,6 +109,7 @@ class Client(Peer):
         wait: float | None = None,
         on_progress: Callable[[str, Update], Any] | None = None,
         threaded: bool = True,
+        queen_wait: float = 30.0,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         super().__init__(queen, name, context)
@@ -111,6 +120,10 @@ class Client(Peer):
         self._requests: dict[str, Future[Any]] = {}
         self._request_msgs: dict[str, p.Message] = {}
         self._resend: list[p.Message] = []
+        self._probes: dict[str, str] = {}
+        self._lost_at: float | None = None
+        self._lost_why = ""
+        self.queen_wait = queen_wait
         self._pump = None if threaded else self._pump_until
         self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
         self._handlers.update({
@@ -134,9 +147,7 @@ class Client(Peer):
 
     def _start_direct(self, timeout: float) -> None:
         self._io_ident = threading.get_ident()
-        self._direct_sock = self._open_socket()
-        self._direct_poller = zmq.Poller()
-        self._direct_poller.register(self._direct_sock, zmq.POLLIN)
+        self._open_socket()
         self._say_hello()
         try:
             self._pump_until(self._welcomed.is_set, timeout)
@@ -147,9 +158,7 @@ class Client(Peer):
             self._close_direct()
             if err is not None:
                 raise err
-            raise QueenUnreachable(
-                f"no answer from the queen at {self.queen} within {timeout:g} s: is it "
-                "running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+            raise self._unreachable(timeout)
 
     def _check_owner(self) -> None:
         if threading.get_ident() != self._io_ident:
@@ -159,8 +168,7 @@ class Client(Peer):
     def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> None:
         """Read and dispatch messages until ``done()`` or ``timeout`` (TimeoutError)."""
         self._check_owner()
-        sock = self._direct_sock
-        poll = self._direct_poller.poll
+        poll = self._poller.poll
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
             if self._stopped.is_set():
@@ -171,17 +179,13 @@ class Client(Peer):
             wait = self._next_wakeup() - now
             if deadline is not None:
                 wait = min(wait, deadline - now)
-            if poll(max(0.0, wait) * 1000):
-                self._receive(sock)
-            if self._outbox and self._welcomed.is_set():
-                self._flush(self._outbox)
-            self._timers(time.monotonic())
+            self._turn(dict(poll(max(0.0, wait) * 1000)))
 
     def _close_direct(self) -> None:
         if self._stopped.is_set():
             return
-        self._io_closing(self._direct_sock)
-        self._direct_sock.close()
+        self._io_closing()
+        self._close_sockets()
         self._waker.close()
         self._stopped.set()
 
@@ -201,10 +205,32 @@ class Client(Peer):
         if msg is not None:
             self._resend.append(msg)
 
-    def _after_welcome(self) -> None:
+    def _after_welcome(self, first: bool) -> None:
+        self._lost_at = None
         resend, self._resend = self._resend, []
         for msg in resend:
             self.send_message(msg)
+        if not first:
+            # Back after losing the queen: ask about every task still pending. A queen
+            # that knows a task answers (with the result if it is done); one that does
+            # not (restarted without a journal) says so, and that future fails.
+            for fut in list(self._tasks.values()):
+                probe = p.Message("task.status", {"task": fut.task_id}, to="queen")
+                self._probes[probe.id] = fut.task_id
+                self.send_message(probe)
+
+    def _queen_lost(self, now: float, why: str) -> None:
+        if self._lost_at is None:
+            self._lost_at = now
+            self._lost_why = why
+
+    def _on_timers(self, now: float) -> None:
+        lost = self._lost_at
+        if lost is not None and now - lost >= self.queen_wait and self._tasks:
+            err = QueenUnreachable(
+                f"the queen at {self.queen} has been unreachable for {now - lost:.0f} s "
+                f"({self._lost_why}); the task's outcome is unknown", code="queen-lost")
+            self._fail_pending(err)
 
     def __enter__(self) -> Client:
         return self
@@ -218,11 +244,15 @@ class Client(Peer):
             super().close(timeout)
         elif threading.get_ident() == self._io_ident:
             self._close_direct()
-        err = MeshantError("the client was closed before the task finished", code="closed")
+        self._fail_pending(MeshantError("the client was closed before the task finished",
+                                        code="closed"))
+
+    def _fail_pending(self, err: MeshantError) -> None:
         for fut in list(self._tasks.values()):
+            self._tasks.pop(fut.task_id, None)
             if not fut.done():
-                fut.set_exception(err)
                 fut._updates.put(None)
+                fut.set_exception(err)
         for rf in list(self._requests.values()):
             if not rf.done():
                 rf.set_exception(err)
@@ -381,6 +411,12 @@ class Client(Peer):
             fut.set_exception(from_error_body(b.get("error") or {}))
 
     def _on_reply(self, msg: p.Message) -> None:
+        task_id = self._probes.pop(msg.ref or "", None)
+        if task_id is not None:
+            final = msg.b.get("final")
+            if isinstance(final, dict) and task_id in self._tasks:
+                self._result(final)
+            return
         fut = self._requests.get(msg.ref or "")
         if fut is not None and not fut.done():
             fut.set_result(msg.b)
@@ -390,6 +426,15 @@ class Client(Peer):
 
     def _on_remote_error(self, msg: p.Message) -> None:
         ref = msg.ref or ""
+        task_id = self._probes.pop(ref, None)
+        if task_id is not None:
+            fut = self._tasks.pop(task_id, None)
+            if fut is not None and not fut.done():
+                fut._updates.put(None)
+                fut.set_exception(MeshantError(
+                    f"the queen restarted and no longer knows task {task_id} (it has no "
+                    "journal of it): submit it again if it is safe to", code="task-lost"))
+            return
         err = from_error_body(msg.b)
         fut = self._tasks.pop(ref, None)
         if fut is not None:

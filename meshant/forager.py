@@ -230,8 +230,11 @@ class Forager(Peer):
 
     def _hello_body(self) -> dict[str, Any]:
         body = super()._hello_body()
-        body.update(slots=self.slots, tools=self.tools, labels=self.labels,
-                    running=list(self.running))
+        # Tasks still running, and finished ones whose results wait to be sent: a queen
+        # that knows them adopts them instead of running them again.
+        running = list(self.running) + [m.ref for m in list(self._outbox)
+                                        if m.kind == "task.result" and m.ref]
+        body.update(slots=self.slots, tools=self.tools, labels=self.labels, running=running)
         return body
 
     def _hb_body(self) -> dict[str, Any]:

@@ -233,7 +233,7 @@ class Queen:
         node = self.registry.by_id.get(identity)
         now = time.monotonic()
         if node is not None:
-            node.last_seen = now
+            self.registry.touch(node, now)
             if msg.frm and msg.frm != node.name:
                 self._error_to(identity, codec, BAD_FROM,
                                f"'from' is {msg.frm!r} but this peer registered as "
@@ -259,7 +259,8 @@ class Queen:
         if isinstance(decision, p.Refusal):
             self._error_to(identity, codec, decision.code, decision.reason, msg.id)
             return
-        if self.registry.name_taken(decision.name, identity, now):
+        session = str(body.get("session", ""))
+        if self.registry.name_taken(decision.name, identity, now, session):
             self.counters["protocol_errors"] += 1
             self._error_to(identity, codec, NAME_TAKEN,
                            f"the name {decision.name!r} is held by a live peer; choose another",
@@ -273,12 +274,22 @@ class Queen:
                    slots=decision.slots, tools=frozenset(decision.tools),
                    labels=decision.labels, host=str(body.get("host", "")),
                    pid=int(body.get("pid", 0)), version=decision.version,
-                   features=frozenset(decision.features))
+                   features=frozenset(decision.features), session=session)
+        # The same peer again: on this connection, or reconnected on a fresh one.
+        previous = node
+        if previous is None:
+            held = self.registry.by_name.get(decision.name)
+            if held is not None and session and held.session == session:
+                previous = held
+                self.registry.remove(held, now)
         self.registry.add(new, now)
         if decision.role == "forager":
-            if node is not None:
-                self.scheduler.forager_rejoined(node, new, list(body.get("running", [])), now)
+            if previous is not None and previous.role == "forager":
+                self.scheduler.forager_rejoined(previous, new, list(body.get("running", [])),
+                                                now)
             self.scheduler.forager_joined(new)
+        elif previous is not None and previous.identity != identity:
+            self.scheduler.client_moved(previous.identity, identity)
         self._send(new, p.Message("welcome", decision.body(self.terms), ref=msg.id))
 
     def _on_hb(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
@@ -445,13 +456,18 @@ class Queen:
         if task is None:
             self._error_to(identity, codec, UNKNOWN_TASK, f"no task {msg.b['task']!r}", msg.id)
             return
-        self._send(node, p.Message("task.state", {
+        if task.client_name == node.name and task.client != identity:
+            task.client = identity  # its submitter reconnected: results go to the new link
+        body: dict[str, Any] = {
             "task": task.id, "state": task.state, "attempt": task.attempt,
             "capability": task.capability, "priority": task.priority,
             "forager": task.current.node.name if task.current else None,
             "age": round(now - task.submitted, 3),
             "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
-        }, ref=msg.id))
+        }
+        if task.final is not None and task.client_name == node.name:
+            body["final"] = task.final  # lets a reconnected submitter collect a result it missed
+        self._send(node, p.Message("task.state", body, ref=msg.id))
 
     def status(self) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows).

@@ -9,6 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .heartbeat import HeartbeatMonitor
+
 if TYPE_CHECKING:
     from .scheduler import Attempt
 
@@ -43,6 +45,7 @@ class Node:
     in_flight: dict[str, Attempt] = field(default_factory=dict)
     load: float | None = None
     timeout: float = 0.0
+    session: str = ""
 
     @property
     def free(self) -> int:
@@ -78,6 +81,7 @@ class Registry:
         self.by_name: dict[str, Node] = {}
         self.by_tool: dict[str, set[str]] = {}
         self.gone: deque[dict[str, Any]] = deque(maxlen=64)
+        self.monitor = HeartbeatMonitor(hb_interval, hb_misses)
 
     @property
     def timeout(self) -> float:
@@ -86,10 +90,17 @@ class Registry:
     def get(self, identity: bytes) -> Node | None:
         return self.by_id.get(identity)
 
-    def name_taken(self, name: str, identity: bytes, now: float | None = None) -> bool:
-        """True when a live peer on another connection holds ``name``."""
+    def name_taken(self, name: str, identity: bytes, now: float | None = None,
+                   session: str = "") -> bool:
+        """True when a live peer on another connection holds ``name``.
+
+        A peer reconnecting on a fresh connection proves it is the holder with the session
+        secret it gave in its first hello; it may then take its name over.
+        """
         held = self.by_name.get(name)
         if held is None or held.identity == identity:
+            return False
+        if session and held.session == session:
             return False
         # A silent client's name may be taken over.
         return not (held.role == "client" and now is not None
@@ -104,14 +115,24 @@ class Registry:
         if old is not None:
             self._unlink(old)
         node.joined = node.last_seen = now
+        timeout = (self.timeout * CLIENT_IDLE_FACTOR if node.role == "client"
+                   else node.timeout or None)
+        self.monitor.add(node.identity, now, timeout)
         self.by_id[node.identity] = node
         self.by_name[node.name] = node
         for t in node.tools:
             self.by_tool.setdefault(t, set()).add(node.name)
         return node
 
+    def touch(self, node: Node, now: float) -> None:
+        """Any message from a peer is a sign of life."""
+        node.last_seen = now
+        self.monitor.beat(node.identity, now)
+
     def _unlink(self, node: Node) -> None:
-        self.by_id.pop(node.identity, None)
+        if self.by_id.get(node.identity) is node:
+            del self.by_id[node.identity]
+            self.monitor.remove(node.identity)
         if self.by_name.get(node.name) is node:
             del self.by_name[node.name]
         for t in node.tools:
@@ -128,11 +149,7 @@ class Registry:
 
     def expired(self, now: float) -> list[Node]:
         """Nodes not heard from within the liveness timeout; each is reported once."""
-        default = self.timeout
-        idle_client = default * CLIENT_IDLE_FACTOR
-        dead = [n for n in self.by_id.values()
-                if now - n.last_seen > (idle_client if n.role == "client"
-                                        else n.timeout or default)]
+        dead = [self.by_id[i] for i in self.monitor.check(now) if i in self.by_id]
         for n in dead:
             self.remove(n, now)
         return dead

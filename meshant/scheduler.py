@@ -80,6 +80,7 @@ class Task:
     rejected: set[bytes] = field(default_factory=set)
     reasons: list[str] = field(default_factory=list)
     history: list[tuple[float, str, str]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -156,6 +157,8 @@ class Scheduler:
         body["state"] = state
         body["attempt"] = task.attempt
         body["seq"] = task.next_seq()
+        task.final = body
+        task.payload = None  # no longer needed; done tasks are kept for a while
         self.out.append(("deliver", task, "task.result", body))
         del self.tasks[task.id]
         self.done[task.id] = task
@@ -323,6 +326,12 @@ class Scheduler:
             elif att.live and att.task.current is att:
                 self._reissue(att.task, now, f"{new.name} restarted without it", avoid=False)
         self.dirty = True
+
+    def client_moved(self, old: bytes, new: bytes) -> None:
+        """A client reconnected on a new connection: its tasks' results follow it."""
+        for task in self.tasks.values():
+            if task.client == old:
+                task.client = new
 
     def forager_lost(self, node: Node, now: float, why: str = "forager lost") -> None:
         """Reissue everything a vanished forager was running."""
