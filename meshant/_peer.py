@@ -394,9 +394,9 @@ class Peer:
                              f"{mon.timeout:g} s")
             return
         self._on_timers(now)
-        if now >= self._next_hb():
-            if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
-                self._last_hb = self._last_send
+        if now >= self._next_hb() and self._send_now(
+                p.Message("hb", self._hb_body(), to="queen")):
+            self._last_hb = self._last_send
 
     def _turn(self, events: dict[Any, int]) -> None:
         """One loop turn after a poll: read, run queued calls, flush, timers."""
