@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import secrets
 import socket
 import threading
@@ -24,6 +25,7 @@ import zmq
 
 from . import protocol as p
 from ._waker import Waker
+from .colony_memory import Memory
 from .errors import MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
 
@@ -50,6 +52,14 @@ def default_name(role: str) -> str:
 def resolve_queen(queen: str | None) -> str:
     """The queen endpoint: the argument, else ``$MESHANT_QUEEN``, else the default."""
     return queen or os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
+
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+
+
+def valid_topic(topic: object) -> bool:
+    """User broadcast topics: 1-200 characters of ``A-Z a-z 0-9 . _ : / -``."""
+    return isinstance(topic, str) and bool(_TOPIC_RE.match(topic))
 
 
 def pub_endpoint_for(pub: str, queen: str) -> str:
@@ -106,9 +116,12 @@ class Peer:
         self._sub: zmq.Socket[Any] | None = None
         self._sub_endpoint = ""
         self._topics: set[bytes] = {HB_TOPIC}
+        self._subs: list[tuple[str, Callable[[str, Any, p.Message], Any]]] = []
+        self.memory = Memory(self)
         self._handlers: dict[str, Callable[[p.Message], None]] = {
             "welcome": self._on_welcome,
             "error": self._on_error,
+            "mem.sync": self.memory.on_reply,
         }
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -159,6 +172,28 @@ class Peer:
         if threading.get_ident() != self._io_ident:
             self._waker.wake()
 
+    def broadcast(self, topic: str, data: Any = None) -> None:
+        """Publish ``data`` under ``topic`` to every subscribed agent (one send at the queen)."""
+        if not valid_topic(topic):
+            raise ValueError(f"topic {topic!r} is not allowed: use 1-200 characters of "
+                             "A-Z a-z 0-9 . _ : / -")
+        self.send_message(p.Message("broadcast", {"topic": topic, "data": data}, to="queen"))
+
+    def subscribe(self, prefix: str, fn: Callable[[str, Any, p.Message], Any]) -> None:
+        """Call ``fn(topic, data, message)`` for each broadcast whose topic starts with
+        ``prefix`` ("" for all)."""
+        if prefix and not valid_topic(prefix):
+            raise ValueError(f"prefix {prefix!r} is not allowed")
+        self._subs.append((prefix, fn))
+        self.call_soon(lambda: self._subscribe(USER_PREFIX + prefix.encode()))
+
+    def _deliver_broadcast(self, fn: Callable[[str, Any, p.Message], Any], topic: str,
+                           msg: p.Message) -> None:
+        try:
+            fn(topic, msg.b.get("data"), msg)
+        except Exception:
+            log.exception("%s: broadcast callback failed", self.name)
+
     def _subscribe(self, topic: bytes) -> None:
         """(I/O thread) Receive PUB messages whose topic starts with ``topic``."""
         if topic not in self._topics:
@@ -199,7 +234,13 @@ class Peer:
         pass
 
     def _on_pub(self, topic: bytes, msg: p.Message) -> None:
-        pass
+        if topic == MEM_TOPIC:
+            self.memory.on_update(msg.b)
+        elif topic.startswith(USER_PREFIX):
+            name = topic[len(USER_PREFIX):].decode("utf-8", "replace")
+            for prefix, fn in self._subs:
+                if name.startswith(prefix):
+                    self._deliver_broadcast(fn, name, msg)
 
     def _refused_unregistered(self, ref: str | None) -> None:
         pass
@@ -270,6 +311,7 @@ class Peer:
 
     def _io_closing(self) -> None:
         if self._welcomed.is_set() and self._refusal is None and self._sock is not None:
+            self._flush(self._outbox)  # what was queued before close() still goes out
             try:
                 # Tell the queen at once rather than let it wait out our heartbeats.
                 self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
@@ -365,6 +407,9 @@ class Peer:
             self._lose_queen(time.monotonic(), f"the queen restarted (epoch {epoch})")
             return
         self._queen_mon.beat("queen", time.monotonic())
+        seq = msg.b.get("mem_seq")
+        if isinstance(seq, int) and self.memory._enabled:
+            self.memory.on_queen_seq(seq)
 
     def _lose_queen(self, now: float, why: str) -> None:
         """The queen is dead or restarted: reconnect on a fresh DEALER and hello again."""
@@ -433,6 +478,7 @@ class Peer:
             return  # the answer to an older hello
         b = msg.b
         first = not self.welcome
+        new_epoch = b["epoch"] != self.epoch
         self.welcome = b
         self.name = b.get("name", self.name)
         self.features = frozenset(b.get("features", ()))
@@ -444,6 +490,7 @@ class Peer:
         self._queen_mon.add("queen", now)
         self._open_sub(str(b.get("pub") or ""))
         self._welcomed.set()
+        self.memory.on_welcome(new_epoch and not first)
         self._after_welcome(first)
 
     def _on_error(self, msg: p.Message) -> None:
@@ -463,5 +510,7 @@ class Peer:
                                     f"{msg.b['message']}", code=code)
             self._stopping.set()
             self._welcomed.set()
+            return
+        if self.memory.on_error(msg):
             return
         self._on_remote_error(msg)

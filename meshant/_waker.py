@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import threading
 
 
 class Waker:
-    """eventfd-backed (a pipe where eventfd is missing); ``wake`` is safe from any thread."""
+    """eventfd-backed (a pipe where eventfd is missing); ``wake`` is safe from any thread.
+
+    ``wake`` after ``close`` does nothing: a closed descriptor's number is soon reused by
+    someone else's socket, and writing into that would corrupt it.
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
         if hasattr(os, "eventfd"):
             self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._wfd = self.fd
@@ -20,13 +27,16 @@ class Waker:
             self._evfd = False
 
     def wake(self) -> None:
-        try:
-            if self._evfd:
-                os.eventfd_write(self._wfd, 1)
-            else:  # pragma: no cover
-                os.write(self._wfd, b"x")
-        except (BlockingIOError, OSError):
-            pass  # already pending, or closed during shutdown: either way the loop wakes
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._evfd:
+                    os.eventfd_write(self._wfd, 1)
+                else:  # pragma: no cover
+                    os.write(self._wfd, b"x")
+            except (BlockingIOError, OSError):
+                pass  # already pending: the loop wakes either way
 
     def drain(self) -> None:
         try:
@@ -38,8 +48,12 @@ class Waker:
             pass
 
     def close(self) -> None:
-        for fd in {self.fd, self._wfd}:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in {self.fd, self._wfd}:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

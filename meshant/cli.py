@@ -82,14 +82,22 @@ def _stop_on_signals(stop: Any) -> None:
               help="Queued tasks allowed before submissions get 'queue full'.")
 @click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
               help="Seconds a task waits for a forager offering its capability before failing.")
+@click.option("--pub-hwm", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Messages queued per subscriber before PUB drops the newest for it.")
+@click.option("--mem-max-keys", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Keys the colony memory may hold.")
+@click.option("--mem-max-value", type=click.IntRange(1), default=65536, show_default=True,
+              help="Largest colony memory value, in bytes (msgpack-encoded).")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
-          hb_misses: int, max_queue: int, no_forager_wait: float, as_json: bool) -> None:
+          hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
+          mem_max_keys: int, mem_max_value: int, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from .queen import Queen
 
     q = Queen(bind, pub, name=name, assign_timeout=assign_timeout, hb_interval=hb_interval,
-              hb_misses=hb_misses, max_queue=max_queue, no_forager_wait=no_forager_wait)
+              hb_misses=hb_misses, max_queue=max_queue, no_forager_wait=no_forager_wait,
+              pub_hwm=pub_hwm, mem_max_keys=mem_max_keys, mem_max_value=mem_max_value)
     _stop_on_signals(q.stop)
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
     t.start()
@@ -149,13 +157,28 @@ def load_app(spec: str) -> Any:
               help="A label tasks can require (repeatable).")
 @click.option("--builtins/--no-builtins", default=None,
               help="Also serve the demo capabilities (default: only without --app).")
+@click.option("--subscribe", "subscriptions", multiple=True, metavar="PREFIX",
+              help="Print broadcasts whose topic starts with PREFIX as JSON lines "
+                   "(repeatable; '' for all).")
+@click.option("--drain-timeout", type=float, default=600.0, show_default=True,
+              help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
 @JSON_OPT
 def forager(queen: str, app: str | None, name: str | None, slots: int, labels: tuple[str, ...],
-            builtins: bool | None, as_json: bool) -> None:
-    """Run a forager that serves tasks for the queen until Ctrl-C/SIGTERM."""
+            builtins: bool | None, subscriptions: tuple[str, ...], drain_timeout: float,
+            as_json: bool) -> None:
+    """Run a forager that serves tasks for the queen.
+
+    SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
+    once and hands its running tasks back to the queen.
+    """
     from .builtin import add_builtins
 
     f = Forager(queen, name=name, slots=slots, labels=_labels(labels))
+    for prefix in subscriptions:
+        try:
+            f.subscribe(prefix, _print_broadcast)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--subscribe") from None
     if app is not None:
         target = load_app(app)
         if isinstance(target, Forager):
@@ -175,11 +198,17 @@ def forager(queen: str, app: str | None, name: str | None, slots: int, labels: t
     ready = threading.Thread(target=_announce_forager, args=(f, as_json), daemon=True)
     ready.start()
     try:
-        f.run()
+        f.run(drain_timeout=drain_timeout)
     except MeshantError as e:
         raise click.ClickException(str(e)) from None
     if f._refusal is not None:
         raise click.ClickException(str(f._refusal))
+
+
+def _print_broadcast(topic: str, data: Any, msg: Any) -> None:
+    click.echo(json.dumps({"event": "broadcast", "topic": topic, "from": msg.frm,
+                           "data": _jsonable(data)}))
+    sys.stdout.flush()
 
 
 def _announce_forager(f: Forager, as_json: bool) -> None:
@@ -359,6 +388,125 @@ def status(queen: str, connect_timeout: float, as_json: bool) -> None:
         click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in sorted(st["queues"].items())))
     c = st["counters"]
     click.echo("counters: " + ", ".join(f"{k}={v}" for k, v in c.items()))
+
+
+@main.command()
+@QUEEN_OPT
+@click.argument("topic")
+@click.argument("data", required=False, metavar="[DATA_JSON]")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def broadcast(queen: str, topic: str, data: str | None, connect_timeout: float) -> None:
+    """Publish DATA_JSON under TOPIC to every forager subscribed to a prefix of it."""
+    from ._peer import valid_topic
+
+    if not valid_topic(topic):
+        raise click.BadParameter("use 1-200 characters of A-Z a-z 0-9 . _ : / -",
+                                 param_hint="TOPIC")
+    value = _parse_json(data, "DATA_JSON")
+    client = _connect(queen, connect_timeout)
+    try:
+        client.broadcast(topic, value)
+    finally:
+        client.close()
+
+
+def _parse_json(text: str | None, hint: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise click.BadParameter(f"not JSON: {e}", param_hint=hint) from None
+
+
+@main.command()
+@QUEEN_OPT
+@click.argument("names", nargs=-1, required=True)
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def drain(queen: str, names: tuple[str, ...], connect_timeout: float) -> None:
+    """Drain foragers: they finish their running tasks, take no new ones, then leave."""
+    _control(queen, names, connect_timeout, "drain")
+
+
+@main.command()
+@QUEEN_OPT
+@click.argument("names", nargs=-1, required=True)
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def halt(queen: str, names: tuple[str, ...], connect_timeout: float) -> None:
+    """Halt foragers at once; the queen reissues their running tasks elsewhere."""
+    _control(queen, names, connect_timeout, "halt")
+
+
+def _control(queen: str, names: tuple[str, ...], connect_timeout: float, what: str) -> None:
+    client = _connect(queen, connect_timeout)
+    try:
+        known = {f["name"] for f in client.status()["foragers"]}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise click.ClickException(f"no live forager named {', '.join(missing)} "
+                                       "(see `meshant status`)")
+        getattr(client, what)(list(names))
+        click.echo(f"{what} sent to {', '.join(names)}", err=True)
+    finally:
+        client.close()
+
+
+@main.group()
+def memory() -> None:
+    """Read and write the colony memory (a key-value map every agent sees)."""
+
+
+@memory.command("get")
+@QUEEN_OPT
+@click.argument("key", required=False)
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def memory_get(queen: str, key: str | None, connect_timeout: float) -> None:
+    """Print KEY's value as JSON (or the whole map without KEY)."""
+    client = _connect(queen, connect_timeout)
+    try:
+        client.memory.wait_synced(connect_timeout)
+        if key is None:
+            click.echo(json.dumps(client.memory.items(), default=_jsonable))
+        elif key not in client.memory:
+            raise click.ClickException(f"no key {key!r} in the colony memory")
+        else:
+            click.echo(json.dumps(client.memory.get(key), default=_jsonable))
+    finally:
+        client.close()
+
+
+@memory.command("set")
+@QUEEN_OPT
+@click.argument("key")
+@click.argument("value", metavar="VALUE_JSON")
+@click.option("--ttl", type=float, help="Delete the key after this many seconds.")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def memory_set(queen: str, key: str, value: str, ttl: float | None,
+               connect_timeout: float) -> None:
+    """Set KEY to VALUE_JSON."""
+    parsed = _parse_json(value, "VALUE_JSON")
+    client = _connect(queen, connect_timeout)
+    try:
+        client.memory.set(key, parsed, ttl=ttl)
+    except (MeshantError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        client.close()
+
+
+@memory.command("delete")
+@QUEEN_OPT
+@click.argument("key")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def memory_delete(queen: str, key: str, connect_timeout: float) -> None:
+    """Delete KEY."""
+    client = _connect(queen, connect_timeout)
+    try:
+        client.memory.delete(key)
+    except (MeshantError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        client.close()
 
 
 @main.command()

@@ -136,7 +136,6 @@ class Client(Peer):
             "tool.reply": self._on_reply,
             "msg": self._on_inbox,
             "note": self._on_inbox,
-            "mem.sync": self._on_inbox,
         })
         if threaded:
             self._start_io(timeout)
@@ -350,6 +349,14 @@ class Client(Peer):
     def tool_query(self, tool: str, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Which live foragers serve ``tool``, with their slots and labels."""
         return list(self._request("tool.query", {"tool": tool}, timeout)["foragers"])
+
+    def drain(self, forager: str | list[str]) -> None:
+        """Ask a forager to finish its running tasks, take no new ones, then leave."""
+        self.send_message(p.Message("ctl.drain", {}, frm=self.name, to=forager))
+
+    def halt(self, forager: str | list[str]) -> None:
+        """Stop a forager at once; the queen reissues its running tasks elsewhere."""
+        self.send_message(p.Message("ctl.halt", {}, frm=self.name, to=forager))
 
     def send(self, to: str | list[str], body: dict[str, Any] | None = None) -> None:
         """Send a directed message to one agent or several, routed by the queen."""

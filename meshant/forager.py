@@ -86,6 +86,25 @@ def _unwrap(value: Any) -> Any:
     return value.data if isinstance(value, p.Blob) else value
 
 
+def _positional_count(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` needs (parameters with defaults don't count)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 3
+    if any(q.kind == q.VAR_POSITIONAL for q in params):
+        return 3
+    return sum(1 for q in params if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)
+               and q.default is q.empty)
+
+
+def _call_logged(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("broadcast handler %s failed", getattr(fn, "__name__", fn))
+
+
 def _error_body(e: BaseException) -> dict[str, Any]:
     return {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}}
 
@@ -125,7 +144,6 @@ class Forager(Peer):
             "ctl.halt": self._on_halt,
             "msg": self._on_peer_message,
             "note": self._on_peer_message,
-            "mem.sync": self._on_peer_message,
         })
 
     # -- registering handlers -------------------------------------------------------------
@@ -164,6 +182,23 @@ class Forager(Peer):
         self.handlers[capability] = Handler(fn, batch, inspect.iscoroutinefunction(fn),
                                             takes_ctx, inline)
 
+    def on(self, prefix: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
+        ``fn(topic, data, message)``) in a worker thread for each broadcast whose topic
+        starts with ``prefix``."""
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            three = _positional_count(fn) >= 3
+
+            def deliver(topic: str, data: Any, msg: p.Message) -> None:
+                if self._pool is None:
+                    return
+                args = (topic, data, msg) if three else (topic, data)
+                self._submit(_call_logged, fn, args)
+
+            self.subscribe(prefix, deliver)
+            return fn
+        return deco
+
     def on_message(self, fn: Callable[[p.Message], Any]) -> Callable[[p.Message], Any]:
         """Decorator: called (in the I/O thread, keep it short) for directed messages/notes."""
         self._message_callbacks.append(fn)
@@ -194,20 +229,37 @@ class Forager(Peer):
             if not t.is_alive():
                 loop.close()
 
-    def run(self, *, install_signals: bool = True) -> None:
-        """Serve until SIGINT/SIGTERM (or :meth:`stop`); waits for the queen if it is not up."""
+    def run(self, *, install_signals: bool = True, drain_timeout: float = 600.0) -> None:
+        """Serve until stopped; waits for the queen if it is not up yet.
+
+        SIGTERM drains (finish the running tasks, take no new ones, then leave; at most
+        ``drain_timeout`` seconds); SIGINT, or a second signal, stops at once and hands
+        the running tasks back to the queen.
+        """
         if not self.handlers:
             raise RuntimeError("no handlers: register one with @forager.task(capability)")
         restore: dict[int, Any] = {}
+        drain_deadline: list[float] = []
+
+        def on_signal(sig: int, _frame: Any) -> None:
+            if sig == signal.SIGTERM and not self.draining:
+                drain_deadline.append(time.monotonic() + drain_timeout)
+                self.drain()
+            else:
+                self._stopping.set()
+
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                restore[sig] = signal.signal(sig, lambda *_: self._stopping.set())
+                restore[sig] = signal.signal(sig, on_signal)
         try:
             self._pool = ThreadPoolExecutor(self.slots,
                                             thread_name_prefix=f"meshant-{self.name}")
             self._start_io(None)
             while not self._stopping.wait(0.2):
-                pass
+                if drain_deadline and time.monotonic() > drain_deadline[0]:
+                    log.warning("%s: drain took longer than %g s; stopping", self.name,
+                                drain_timeout)
+                    break
         finally:
             self.stop()
             for sig, old in restore.items():
@@ -238,8 +290,11 @@ class Forager(Peer):
         return body
 
     def _hb_body(self) -> dict[str, Any]:
-        return {"slots": self.slots, "in_flight": len(self.running),
+        body = {"slots": self.slots, "in_flight": len(self.running),
                 "running": list(self.running), "tools": self.tools}
+        if self.draining:
+            body["state"] = "draining"
+        return body
 
     def _next_timer(self) -> float:
         t = self._next_hb()
@@ -248,6 +303,8 @@ class Forager(Peer):
         return t
 
     def _on_timers(self, now: float) -> None:
+        if self.draining and not self.running and not self._outbox:
+            self._stopping.set()  # drained: leave (the queen is told on the way out)
         if self._accepts:
             due = [ref for ref, t in self._accepts.items() if t <= now]
             for ref in due:
@@ -353,8 +410,20 @@ class Forager(Peer):
         if ctx._future is not None:
             ctx._future.cancel()
 
+    def drain(self) -> None:
+        """Finish the running tasks, accept nothing new, then leave (safe from any thread)."""
+        self.call_soon(self._start_drain)
+
+    def _start_drain(self) -> None:
+        if not self.draining:
+            self.draining = True
+            log.info("%s: draining (%d tasks running)", self.name, len(self.running))
+            if self._welcomed.is_set():
+                # Tell the queen now, so it assigns nothing more meanwhile.
+                self._send_now(p.Message("hb", self._hb_body(), to="queen"))
+
     def _on_drain(self, msg: p.Message) -> None:
-        self.draining = True
+        self._start_drain()
 
     def _on_halt(self, msg: p.Message) -> None:
         self._stopping.set()

@@ -19,8 +19,10 @@ from typing import Any
 import zmq
 
 from . import protocol as p
+from ._peer import HB_TOPIC, MEM_TOPIC, valid_topic
 from ._waker import Waker
 from .errors import MeshantError
+from .memory import MemoryError_, MemoryStore
 from .protocol.codec import BINARY, JSON
 from .registry import ACTIVE, DRAINING, Node, Registry
 from .scheduler import DuplicateTask, QueueFull, Scheduler, Task
@@ -40,7 +42,11 @@ WRONG_ROLE = "wrong-role"
 TOO_MANY_PEERS = "too-many-peers"
 UNSUPPORTED = "unsupported"
 
+BAD_TOPIC = "bad-topic"
+TOPIC_MAX = 200
+
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
+
 
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -69,6 +75,9 @@ class Queen:
         max_message: int = 64 * 1024 * 1024,
         max_peers: int = 10_000,
         no_forager_wait: float = 30.0,
+        pub_hwm: int = 10_000,
+        mem_max_keys: int = 10_000,
+        mem_max_value: int = 64 * 1024,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.bind = bind
@@ -85,7 +94,10 @@ class Queen:
                                   queen=name)
         self.endpoint = ""
         self.pub_endpoint = ""
-        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0}
+        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
+                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0}
+        self.memory = MemoryStore(mem_max_keys, mem_max_value)
+        self.pub_hwm = pub_hwm
         self._ctx = context or zmq.Context.instance()
         self._waker = Waker()
         self._stop = threading.Event()
@@ -109,8 +121,10 @@ class Queen:
             "tool.query": self._on_tool_query,
             "msg": self._on_directed,
             "note": self._on_directed,
-            "mem.sync": self._on_directed,
+            "mem.sync": self._on_memory,
             "broadcast": self._on_broadcast,
+            "ctl.drain": self._on_control,
+            "ctl.halt": self._on_control,
         }
 
     # -- running --------------------------------------------------------------------------
@@ -154,6 +168,15 @@ class Queen:
             router.setsockopt(zmq.MAXMSGSIZE, self.max_message)
             router.setsockopt(zmq.RCVHWM, 100_000)
             router.setsockopt(zmq.SNDHWM, 100_000)
+            # A peer reconnecting with an identity it had takes over the old connection.
+            router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            # ZMTP pings drop dead TCP peers' pipes, so nothing queues for them.
+            ivl = max(100, int(self.registry.hb_interval * 1000))
+            router.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            router.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * self.registry.hb_misses)
+            # A subscriber that falls this many messages behind loses the newest ones
+            # (PUB drops, never blocks): the queen's memory stays bounded.
+            pub.setsockopt(zmq.SNDHWM, self.pub_hwm)
             try:
                 router.bind(self.bind)
                 pub.bind(self.pub)
@@ -206,6 +229,8 @@ class Queen:
                     if node.role == "forager":
                         sched.forager_lost(node, now, "forager went silent")
                 sched.tick(now)
+                for update in self.memory.expire(now):
+                    self._publish_mem(update)
             if now >= next_beat:
                 next_beat = now + self.registry.hb_interval
                 self._beat()
@@ -245,6 +270,12 @@ class Queen:
                            f"the queen does not accept {msg.kind!r} messages", msg.id)
             return
         if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
+            if msg.kind == "task.result" and not msg.b.get("partial"):
+                # A forager we declared offline sends the result of an attempt we already
+                # moved on from: count it as the duplicate it is.
+                att = self.scheduler.attempts.get(msg.ref or "")
+                if att is not None and not att.live:
+                    self.scheduler.counters["duplicates"] += 1
             self._error_to(identity, codec, NOT_REGISTERED,
                            "say hello first: this peer is not registered with the queen",
                            msg.id)
@@ -299,6 +330,8 @@ class Queen:
             # An IACP 1.1 forager registers with its first heartbeat.
             self._register_legacy(identity, msg, now)
             return
+        if body.get("state") == "draining" and node.state == ACTIVE:
+            node.state = DRAINING
         if body.get("state") == "leaving":
             self.registry.remove(node, now)
             if node.role == "forager":
@@ -529,17 +562,75 @@ class Queen:
                       now: float) -> None:
         assert node is not None
         topic = msg.b["topic"]
+        if not valid_topic(topic):
+            self._error_to(identity, codec, BAD_TOPIC, f"topic {topic[:40]!r} is not allowed: "
+                           f"use 1-{TOPIC_MAX} characters of A-Z a-z 0-9 . _ : / -", msg.id)
+            return
         out = p.Message("broadcast", msg.body, id=msg.id, frm=node.name, ts=msg.ts)
         # One send on PUB reaches every subscriber; "u." keeps user topics apart from ours.
         self._pub.send_multipart([b"u." + topic.encode(), *p.binary.encode(out)])
+        self.counters["broadcasts"] += 1
+
+    def _on_memory(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        assert node is not None
+        b = msg.b
+        op = b.get("op")
+        try:
+            if op == "snapshot":
+                self._send(node, p.Message("mem.sync", self.memory.snapshot(), ref=msg.id))
+                return
+            if op == "set":
+                ttl = b.get("ttl")
+                update = self.memory.set(b.get("key"), b.get("value"), now,  # type: ignore[arg-type]
+                                         float(ttl) if ttl is not None else None)
+            elif op == "delete":
+                update = self.memory.delete(b.get("key"))  # type: ignore[arg-type]
+            else:
+                self._error_to(identity, codec, "bad-value",
+                               "mem.sync op must be set, delete or snapshot", msg.id)
+                return
+        except MemoryError_ as e:
+            self._error_to(identity, codec, e.code, e.message, msg.id)
+            return
+        if update is not None:
+            self._publish_mem(update)
+        self._send(node, p.Message("mem.sync", {"op": "ok", "seq": self.memory.seq},
+                                   ref=msg.id))
+
+    def _publish_mem(self, update: dict[str, Any]) -> None:
+        msg = p.Message("mem.sync", update, frm=self.name, ts=time.time())
+        self._pub.send_multipart([MEM_TOPIC, *p.binary.encode(msg)])
+
+    def _on_control(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                    now: float) -> None:
+        """ctl.drain / ctl.halt for a forager, from a client (or the CLI)."""
+        assert node is not None
+        names = msg.recipients
+        targets = [self.registry.by_name.get(n) for n in names]
+        if not names or any(t is None or t.role != "forager" for t in targets):
+            self._error_to(identity, codec, UNKNOWN_RECIPIENT,
+                           f"no live forager named {', '.join(names) or '(none given)'}",
+                           msg.id)
+            return
+        for target in targets:
+            assert target is not None
+            self._send(target, p.Message(msg.kind, msg.body, frm=node.name))
+            if msg.kind == "ctl.drain":
+                target.state = DRAINING  # assign nothing more to it, at once
+            else:
+                self.registry.remove(target, now)
+                self.scheduler.forager_lost(target, now, "forager halted")
+        self.counters[msg.kind.replace(".", "_")] += 1
 
     # -- output ---------------------------------------------------------------------------
 
     def _beat(self) -> None:
         hb = p.Message("hb", {"epoch": self.epoch, "queen": self.name,
-                              "interval": self.registry.hb_interval},
+                              "interval": self.registry.hb_interval,
+                              "mem_seq": self.memory.seq},
                        frm=self.name, ts=time.time())
-        self._pub.send_multipart([b"$hb", *p.binary.encode(hb)])
+        self._pub.send_multipart([HB_TOPIC, *p.binary.encode(hb)])
 
     def _flush(self) -> None:
         out = self.scheduler.out

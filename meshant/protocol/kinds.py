@@ -77,8 +77,10 @@ KINDS: tuple[Kind, ...] = (
     # Liveness, memory, tools, control
     Kind("hb", 30, "heartbeat; body is the sender's registry record",
          (_f("slots", int), _f("tools", list), _f("running", list), _f("in_flight", int),
-          _f("state", str), _f("epoch", str))),
-    Kind("mem.sync", 31, "colony memory synchronisation"),
+          _f("state", str), _f("epoch", str), _f("mem_seq", int))),
+    Kind("mem.sync", 31, "colony memory: set, delete, snapshot, update, ok",
+         (_f("op", str, True), _f("key", str), _f("value", _ANY), _f("ttl", _NUM),
+          _f("seq", int), _f("items", dict), _f("deleted", bool))),
     Kind("tool.query", 32, "which live foragers serve a tool", (_f("tool", str, True),)),
     Kind("tool.reply", 33, "answer to tool.query",
          (_f("tool", str, True), _f("foragers", list, True))),
@@ -88,7 +90,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("status.reply", 37, "registry and queue depths",
          (_f("foragers", list, True), _f("queues", dict, True))),
     # Peer-to-peer
-    Kind("broadcast", 40, "fan out to subscribers of a topic", (_f("topic", str, True),)),
+    Kind("broadcast", 40, "fan out to subscribers of a topic",
+         (_f("topic", str, True), _f("data", _ANY))),
     Kind("msg", 41, "directed agent message, routed by name"),
     Kind("note", 42, "one-line note, at most 80 characters", (_f("text", str, True),)),
 )

@@ -1,0 +1,42 @@
+"""The waker never writes to a descriptor it has closed (its number may be reused)."""
+
+from __future__ import annotations
+
+import os
+
+import zmq
+
+from meshant._waker import Waker
+
+
+def test_wake_wakes_a_poller_and_drain_resets() -> None:
+    w = Waker()
+    p = zmq.Poller()
+    p.register(w.fd, zmq.POLLIN)
+    assert p.poll(0) == []
+    w.wake()
+    w.wake()
+    assert dict(p.poll(1000)).get(w.fd) == zmq.POLLIN
+    w.drain()
+    assert p.poll(0) == []
+    w.close()
+
+
+def test_wake_after_close_touches_nothing() -> None:
+    w = Waker()
+    fd = w.fd
+    w.close()
+    r, wr = os.pipe()  # likely reuses the closed number
+    try:
+        w.wake()
+        os.set_blocking(r, False)
+        try:
+            data = os.read(r, 16)
+        except BlockingIOError:
+            data = b""
+        assert data == b""
+        assert fd >= 0
+    finally:
+        os.close(r)
+        os.close(wr)
+    w.close()  # idempotent
