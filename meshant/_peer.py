@@ -34,6 +34,7 @@ log = logging.getLogger("meshant")
 FEATURES = ["batch", "progress", "blobs", "mem.sync", "broadcast"]
 BACKOFF_FIRST = 0.25
 BACKOFF_CAP = 5.0
+NAME_WAIT = 60.0  # the longest a restarted peer waits for its old self to be declared offline
 # Plain ints: pyzmq's enum flags cost microseconds per operation on the hot path.
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -105,6 +106,7 @@ class Peer:
         self._thread: threading.Thread | None = None
         self._hello_id = ""
         self._hello_attempt = 0
+        self._name_retried = False
         self._last_send = 0.0
         self._next_hello = 0.0
         self._io_ident = -1
@@ -485,6 +487,7 @@ class Peer:
         self.epoch = b["epoch"]
         self._hb_interval = float(b["hb_interval"])
         self._hello_attempt = 0
+        self._name_retried = False
         now = time.monotonic()
         self._queen_mon = HeartbeatMonitor(self._hb_interval, int(b["hb_misses"]))
         self._queen_mon.add("queen", now)
@@ -506,6 +509,17 @@ class Peer:
                 self._say_hello()
             return
         if msg.ref is not None and msg.ref == self._hello_id:
+            retry = msg.b.get("retry_after")
+            if code == "name-taken" and isinstance(retry, int | float) and (
+                    not self._name_retried and retry <= NAME_WAIT):
+                # The name's holder (perhaps our own previous life) may be dead but not yet
+                # declared offline: ask once more when it would be. A live holder still
+                # has it then, and that second refusal is final.
+                self._name_retried = True
+                log.info("%s: name still held; asking again in %.1f s", self.name, retry)
+                self._next_hello = time.monotonic() + float(retry)
+                self._hello_id = ""
+                return
             self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
                                     f"{msg.b['message']}", code=code)
             self._stopping.set()

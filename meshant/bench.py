@@ -44,21 +44,25 @@ class Row:
     metric: str
     unit: str
     meshant: float
-    raw: float
+    raw: float | None
     higher_is_better: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def ratio(self) -> float:
-        """meshant's cost relative to raw: >1 means meshant is slower."""
+    def ratio(self) -> float | None:
+        """meshant's cost relative to raw: >1 means meshant is slower (None: no raw twin)."""
+        if self.raw is None:
+            return None
         if self.higher_is_better:
             return self.raw / self.meshant if self.meshant else float("inf")
         return self.meshant / self.raw if self.raw else float("inf")
 
     def as_dict(self) -> dict[str, Any]:
+        ratio = self.ratio
         return {"scenario": self.scenario, "metric": self.metric, "unit": self.unit,
-                "meshant": round(self.meshant, 3), "raw": round(self.raw, 3),
-                "ratio": round(self.ratio, 3), **self.extra}
+                "meshant": round(self.meshant, 3),
+                "raw": None if self.raw is None else round(self.raw, 3),
+                "ratio": None if ratio is None else round(ratio, 3), **self.extra}
 
 
 def machine() -> dict[str, Any]:
@@ -95,6 +99,7 @@ class MeshTopology:
     """A queen and ``n`` echo foragers; processes for tcp/ipc, threads for inproc."""
 
     def __init__(self, transport: str, foragers: int = 1, slots: int = 1) -> None:
+        """``foragers=0``: just the queen."""
         self.transport = transport
         self.eps = _Endpoints(transport)
         self.procs: list[subprocess.Popen[str]] = []
@@ -358,6 +363,136 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
                 "throughput", "tasks/s", m, r, higher_is_better=True)]
 
 
+def _fanout_once(pub_send: Callable[[int], None], subs: list[zmq.Socket[Any]],
+                 poller: zmq.Poller, n: int) -> float:
+    """Publish once; seconds until the last of ``subs`` has it."""
+    pending = set(range(len(subs)))
+    index = {s: i for i, s in enumerate(subs)}
+    t0 = time.perf_counter()
+    pub_send(n)
+    deadline = t0 + 10
+    while pending:
+        if time.perf_counter() > deadline:
+            raise RuntimeError("broadcast did not reach every subscriber within 10 s")
+        for sock, _ in poller.poll(1000):
+            while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                sock.recv_multipart()
+                pending.discard(index[sock])
+    return time.perf_counter() - t0
+
+
+def _subscribers(ctx: zmq.Context[Any], endpoint: str, topic: bytes,
+                 n: int) -> tuple[list[zmq.Socket[Any]], zmq.Poller]:
+    subs = []
+    poller = zmq.Poller()
+    for _ in range(n):
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SUBSCRIBE, topic)
+        s.connect(endpoint)
+        poller.register(s, zmq.POLLIN)
+        subs.append(s)
+    return subs, poller
+
+
+def _wait_subscribed(send: Callable[[int], None], subs: list[zmq.Socket[Any]],
+                     poller: zmq.Poller) -> None:
+    # Subscriptions travel to the PUB asynchronously: publish until every SUB hears one.
+    deadline = time.monotonic() + 10
+    heard: set[int] = set()
+    index = {s: i for i, s in enumerate(subs)}
+    while len(heard) < len(subs):
+        if time.monotonic() > deadline:
+            raise RuntimeError("subscribers did not connect within 10 s")
+        send(-1)
+        for sock, _ in poller.poll(50):
+            while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                sock.recv_multipart()
+                heard.add(index[sock])
+    time.sleep(0.05)
+    for s in subs:
+        while s.poll(0):
+            s.recv_multipart()
+
+
+def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
+    """Broadcast latency: publish → the last of ``n_subs`` subscribers has it.
+
+    meshant: a client's broadcast → the queen → its PUB; raw: a DEALER → a forwarding
+    broker → its PUB. The subscribers are the same plain SUB sockets in both cases, so the
+    figure is the mesh's cost, not the subscribers'.
+    """
+    rounds = max(20, sizes.seq // 10)
+    ctx: zmq.Context[Any] = zmq.Context()
+    mesh = MeshTopology("tcp", foragers=0)
+    raw_b = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "pubbroker",
+                              "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        info = _procs.read_json_line(raw_b, 20)
+        client = mesh.client()
+        pub_ep = client.welcome["pub"]
+        m_subs, m_poll = _subscribers(ctx, pub_ep, b"u.bench", n_subs)
+        r_subs, r_poll = _subscribers(ctx, info["pub"], b"u.bench", n_subs)
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(info["front"])
+
+        def m_send(i: int) -> None:
+            client.broadcast("bench", {"i": i})
+
+        def r_send(i: int) -> None:
+            dealer.send(msgpack.packb({"topic": "bench", "data": {"i": i}}))
+
+        _wait_subscribed(m_send, m_subs, m_poll)
+        _wait_subscribed(r_send, r_subs, r_poll)
+        m_t, r_t = [], []
+        for i in range(rounds):
+            m_t.append(_fanout_once(m_send, m_subs, m_poll, i) * 1e6)
+            r_t.append(_fanout_once(r_send, r_subs, r_poll, i) * 1e6)
+        client.close()
+    finally:
+        mesh.close()
+        _procs.stop([raw_b])
+        ctx.destroy(linger=0)
+    m, r = summary(m_t), summary(r_t)
+    return [Row(f"broadcast fan-out to {n_subs} subscriber(s)", k, "us", m[k], r[k])
+            for k in ("p50", "p99")]
+
+
+def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> list[Row]:
+    """The queen's CPU while many idle foragers heartbeat (many DEALERs in one process)."""
+    rows = []
+    seconds = 2.0 if sizes.seq < 1000 else 5.0
+    for n in peers:
+        q = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
+                          "--json", "--hb-interval", "1.0"])
+        try:
+            ep = _procs.read_json_line(q, 20)["router"]
+            sim = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "hbsim", ep, str(n)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                _procs.read_json_line(sim, 60)
+                time.sleep(1.5)  # past the joining burst
+                c0 = _cpu_seconds(q.pid)
+                time.sleep(seconds)
+                used = _cpu_seconds(q.pid) - c0
+            finally:
+                _procs.stop([sim])
+        finally:
+            _procs.stop([q])
+        rows.append(Row(f"heartbeats: {n} idle foragers, 1 s interval", "queen CPU", "%",
+                        used / seconds * 100, None,
+                        extra={"cpu_us_per_heartbeat": round(used / seconds / n * 1e6, 1)}))
+    return rows
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 Scenario = Callable[[Sizes], list[Row]]
 
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
@@ -379,6 +514,13 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "ipc": ("sequential round trip over ipc://", lambda z: run_roundtrip("ipc", z)),
     "inproc": ("sequential round trip over inproc://, everything in one process",
                lambda z: run_roundtrip("inproc", z)),
+    "broadcast-1": ("broadcast fan-out latency to 1 subscriber", lambda z: run_fanout(z, 1)),
+    "broadcast-10": ("broadcast fan-out latency to 10 subscribers",
+                     lambda z: run_fanout(z, 10)),
+    "broadcast-50": ("broadcast fan-out latency to 50 subscribers",
+                     lambda z: run_fanout(z, 50)),
+    "heartbeats": ("the queen's CPU with 100 and 1000 idle foragers heartbeating",
+                   run_heartbeat_cost),
 }
 
 
@@ -403,6 +545,8 @@ def run_suite(names: list[str], sizes: Sizes,
 def format_table(rows: list[Row]) -> str:
     lines = [f"{'scenario':48} {'metric':>10} {'meshant':>11} {'raw pyzmq':>11} {'ratio':>7}"]
     for r in rows:
-        lines.append(f"{r.scenario:48} {r.metric:>10} {r.meshant:>11,.1f} {r.raw:>11,.1f} "
-                     f"{r.ratio:>6.2f}x")
+        raw = "-" if r.raw is None else f"{r.raw:,.1f}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+        lines.append(f"{r.scenario:48} {r.metric:>10} {r.meshant:>11,.1f} {raw:>11} "
+                     f"{ratio:>7}")
     return "\n".join(lines)

@@ -293,9 +293,13 @@ class Queen:
         session = str(body.get("session", ""))
         if self.registry.name_taken(decision.name, identity, now, session):
             self.counters["protocol_errors"] += 1
+            held = self.registry.by_name[decision.name]
+            # When the holder stops beating it is declared offline and the name is free:
+            # a restarted peer may wait that long instead of giving up.
+            left = max(0.0, held.last_seen + (held.timeout or self.registry.timeout) - now)
             self._error_to(identity, codec, NAME_TAKEN,
                            f"the name {decision.name!r} is held by a live peer; choose another",
-                           msg.id)
+                           msg.id, retry_after=round(left + 0.05, 3))
             return
         if node is None and self.registry.full():
             self._error_to(identity, codec, TOO_MANY_PEERS, "the queen has no room for more "
@@ -709,9 +713,9 @@ class Queen:
             self.counters["dropped_sends"] += 1
 
     def _error_to(self, identity: bytes, codec: str, code: str, message: str,
-                  ref: str | None) -> None:
-        self._send_to(identity, codec, p.Message("error", {"code": code, "message": message},
-                                                 ref=ref))
+                  ref: str | None, **extra: Any) -> None:
+        self._send_to(identity, codec, p.Message("error", {"code": code, "message": message,
+                                                           **extra}, ref=ref))
 
 
 __all__ = ["ACTIVE", "DRAINING", "Queen"]

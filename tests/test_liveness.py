@@ -153,3 +153,18 @@ def test_sigterm_drains_a_busy_forager(procs: Procs) -> None:
         assert busy.wait(15) == 0
         ts: dict[str, Any] = c.task_status(fut.task_id)
         assert ts["attempt"] == 1 and c.status()["counters"]["reissued"] == 0
+
+
+def test_forager_restarted_under_its_name_rejoins(procs: Procs) -> None:
+    _, ep = procs.queen(*HB)
+    first, _ = procs.forager(ep, "--name", "phoenix")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    # Restarted at once: its old self is not yet declared offline, so the new process
+    # waits for that instead of giving up on a "name taken" refusal.
+    again, info = procs.forager(ep, "--name", "phoenix")
+    assert info["name"] == "phoenix" and again.poll() is None
+    with Client(ep) as c:
+        (rec,) = c.status()["foragers"]
+        assert rec["pid"] == again.pid
+        assert c.run("echo", "risen", result_timeout=10) == "risen"

@@ -35,7 +35,7 @@ def _f(name: str, types: type | tuple[type, ...], required: bool = False) -> Fie
     return Field(name, types, required)
 
 
-_ERR = (_f("code", str, True), _f("message", str, True))
+_ERR = (_f("code", str, True), _f("message", str, True), _f("retry_after", _NUM))
 
 KINDS: tuple[Kind, ...] = (
     # Negotiation and errors
