@@ -25,6 +25,7 @@ import zmq
 
 from . import protocol as p
 from ._waker import Waker
+from ._zmqio import recv_frames
 from .colony_memory import Memory
 from .errors import MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
@@ -364,13 +365,12 @@ class Peer:
     def _receive(self, sock: zmq.Socket[Any]) -> None:
         """Read and dispatch what the DEALER holds, without blocking."""
         handlers = self._handlers
-        recv = sock.recv_multipart
         events = sock.getsockopt
         mon = self._queen_mon
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
-            frames = recv()
+            frames = recv_frames(sock)
             try:
                 msg = p.binary.decode(frames)
             except p.ProtocolError as e:
@@ -387,7 +387,7 @@ class Peer:
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
-            frames = sub.recv_multipart()
+            frames = recv_frames(sub)
             if len(frames) < 2:
                 continue
             topic = frames[0]

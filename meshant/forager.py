@@ -34,8 +34,8 @@ ACCEPT_DELAY = 0.002
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_forager", "_future", "attempt", "cancelled", "capability", "deadline",
-                 "ref", "task_id")
+    __slots__ = ("_cancelled", "_event", "_forager", "_future", "attempt", "capability",
+                 "deadline", "ref", "task_id")
 
     def __init__(self, forager: Forager, ref: str, task_id: str, attempt: int,
                  capability: str, deadline: float | None) -> None:
@@ -46,12 +46,33 @@ class TaskContext:
         self.attempt = attempt
         self.capability = capability
         self.deadline = deadline
-        self.cancelled = threading.Event()
+        self._cancelled = False
+        self._event: threading.Event | None = None
 
     @property
     def is_cancelled(self) -> bool:
         """True once the queen cancelled this task; long handlers should check it and stop."""
-        return self.cancelled.is_set()
+        return self._cancelled
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """An Event set when the task is cancelled (``ctx.cancelled.wait(s)`` sleeps
+        cancellably). Made on first use: most tasks never need one."""
+        ev = self._event
+        if ev is None:
+            ev = threading.Event()
+            if self._cancelled:
+                ev.set()
+            self._event = ev
+            if self._cancelled:  # a cancel raced with the creation
+                ev.set()
+        return ev
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        ev = self._event
+        if ev is not None:
+            ev.set()
 
     def progress(self, fraction: float | None = None, note: str | None = None) -> None:
         """Report progress (0.0-1.0) and/or a short note; also renews the task's lease."""
@@ -139,6 +160,7 @@ class Forager(Peer):
         self._accepts: dict[str, float] = {}
         self._handlers.update({
             "task.assign": self._on_assign,
+            "task.assigns": self._on_assigns,
             "task.cancel": self._on_cancel,
             "ctl.drain": self._on_drain,
             "ctl.halt": self._on_halt,
@@ -217,7 +239,7 @@ class Forager(Peer):
     def stop(self, timeout: float = 5.0) -> None:
         """Stop: running tasks are told to cancel and the queen is told we are leaving."""
         for ctx in list(self.running.values()):
-            ctx.cancelled.set()
+            ctx.cancel()
         self.close(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -366,9 +388,17 @@ class Forager(Peer):
                 "type": "EncodeError", "message": f"result cannot be encoded: {e.message}"}},
                 ref=msg.ref, to="queen"))
 
+    def _on_assigns(self, msg: p.Message) -> None:
+        for body in msg.b["assigns"]:
+            if isinstance(body, dict) and isinstance(body.get("id"), str):
+                self._assign(body["id"], body)
+            else:
+                log.warning("%s: malformed entry in task.assigns", self.name)
+
     def _on_assign(self, msg: p.Message) -> None:
-        body = msg.b
-        ref = msg.id
+        self._assign(msg.id, msg.b)
+
+    def _assign(self, ref: str, body: dict[str, Any]) -> None:
         cap = body.get("capability") or body.get("node") or ""
         h = self.handlers.get(cap)
         if h is None or self.draining:
@@ -406,7 +436,7 @@ class Forager(Peer):
         ctx = self.running.get(msg.ref or "")
         if ctx is None:
             return
-        ctx.cancelled.set()
+        ctx.cancel()
         if ctx._future is not None:
             ctx._future.cancel()
 
@@ -438,7 +468,7 @@ class Forager(Peer):
     # -- worker threads -------------------------------------------------------------------
 
     def _done(self, ctx: TaskContext, body: dict[str, Any]) -> None:
-        if ctx.cancelled.is_set():
+        if ctx._cancelled:
             body = {"status": "cancelled"}
         self.running.pop(ctx.ref, None)
         self.send_message(p.Message("task.result", body, ref=ctx.ref, to="queen"))

@@ -18,6 +18,7 @@ from typing import Any
 
 import zmq
 
+from . import _zmqio as _zio
 from . import protocol as p
 from ._peer import HB_TOPIC, MEM_TOPIC, valid_topic
 from ._waker import Waker
@@ -205,10 +206,10 @@ class Queen:
         tick_every = min(0.05, self.registry.hb_interval / 4)
         next_tick = time.monotonic()
         next_beat = next_tick
-        recv = router.recv_multipart
         handle = self._handle
         events_of = router.getsockopt
-        EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+        EVENTS, POLLIN = _zio.EVENTS, _zio.POLLIN
+        recv_frames = _zio.recv_frames
         while not self._stop.is_set():
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
@@ -219,7 +220,7 @@ class Queen:
                 for _ in range(1000):
                     if not events_of(EVENTS) & POLLIN:
                         break
-                    handle(recv())
+                    handle(recv_frames(router))
             if self._waker.fd in events:
                 self._waker.drain()
             now = time.monotonic()
@@ -642,7 +643,11 @@ class Queen:
         wall = time.time()
         mono = time.monotonic()
         by_id = self.registry.by_id
-        batches: dict[bytes, list[dict[str, Any]]] = {}
+        # Per peer, in one turn: results for a client, assignments for a forager travel
+        # as one message when the peer negotiated batching. Anything else sent to that
+        # peer first flushes its batch, so the order of what it receives never changes.
+        results: dict[bytes, list[dict[str, Any]]] = {}
+        assigns: dict[bytes, tuple[Node, list[dict[str, Any]]]] = {}
         for action in out:
             what = action[0]
             if what == "assign":
@@ -656,10 +661,16 @@ class Queen:
                     body["deadline"] = wall + left
                 if node.codec == JSON:
                     body["node"] = task.id
+                if "batch" in node.features:
+                    body["id"] = att.id
+                    assigns.setdefault(node.identity, (node, []))[1].append(body)
+                    continue
                 self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
                                            ts=wall))
             elif what == "cancel":
                 node, att = action[1], action[2]
+                if node.identity in assigns:
+                    self._send_assigns(*assigns.pop(node.identity))
                 self._send(node, p.Message("task.cancel", {"task": att.task.id}, to=node.name,
                                            ref=att.id, ts=wall))
             else:
@@ -668,15 +679,23 @@ class Queen:
                 if kind == "task.result":
                     peer = by_id.get(client)
                     if peer is not None and "batch" in peer.features:
-                        # Results for one client in one turn travel as one message.
-                        batches.setdefault(client, []).append(body)
+                        results.setdefault(client, []).append(body)
                         continue
-                if client in batches:
-                    self._send_results(client, batches.pop(client))  # keep the order
+                if client in results:
+                    self._send_results(client, results.pop(client))
                 self._send_to(client, BINARY,
                               p.Message(kind, body, to=task.client_name, ref=task.id, ts=wall))
-        for client, items in batches.items():
-            self._send_results(client, items)
+        for node, items in assigns.values():
+            self._send_assigns(node, items)
+        for client, items2 in results.items():
+            self._send_results(client, items2)
+
+    def _send_assigns(self, node: Node, items: list[dict[str, Any]]) -> None:
+        if len(items) == 1:
+            body = items[0]
+            self._send(node, p.Message("task.assign", body, id=body.pop("id"), to=node.name))
+        else:
+            self._send(node, p.Message("task.assigns", {"assigns": items}, to=node.name))
 
     def _send_results(self, client: bytes, items: list[dict[str, Any]]) -> None:
         if len(items) == 1:

@@ -81,6 +81,7 @@ class Task:
     reasons: list[str] = field(default_factory=list)
     history: list[tuple[float, str, str]] = field(default_factory=list)
     final: dict[str, Any] | None = None
+    waiting: bool = False
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -137,11 +138,13 @@ class Scheduler:
         task.state = state
         task.history.append((now, state, why))
 
-    def _enqueue(self, task: Task) -> None:
+    def _enqueue(self, task: Task, now: float | None = None) -> None:
         heapq.heappush(self.queues.setdefault(task.capability, []),
                        (task.priority, task.order, task.id))
         self.queued += 1
         self.dirty = True
+        if now is not None and not self._anyone_serves(task):
+            self._wait_for_forager(task, now)
 
     def _timer(self, when: float, task: Task, what: str) -> None:
         heapq.heappush(self.timers, (when, next(self._timer_n), task.id, what))
@@ -199,7 +202,8 @@ class Scheduler:
         if task.timeout is not None:
             task.deadline = now + task.timeout
             self._timer(task.deadline, task, "deadline")
-        self._timer(now + task.wait, task, "wait")
+        if not self._anyone_serves(task):
+            self._wait_for_forager(task, now)
         self._enqueue(task)
         return task
 
@@ -248,7 +252,7 @@ class Scheduler:
         task.reasons.append(f"{att.node.name}: {reason}")
         self._abandon(task, now, cancel=False)
         self._move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
-        self._enqueue(task)
+        self._enqueue(task, now)
 
     def progress(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         att.lease = now + self.assign_timeout
@@ -281,7 +285,7 @@ class Scheduler:
             self._abandon(task, now, cancel=False)
             self.counters["reissued"] += 1
             self._move(task, QUEUED, now, f"given up by {att.node.name}")
-            self._enqueue(task)
+            self._enqueue(task, now)
             return
         self._abandon(task, now, cancel=False)
         if status == "ok":
@@ -339,6 +343,12 @@ class Scheduler:
             node.in_flight.pop(att.id, None)
             if att.live and att.task.current is att:
                 self._reissue(att.task, now, f"{why}: {node.name}")
+        # Queued tasks only this forager could serve now wait for another, for a while.
+        for tool in node.tools:
+            for _, _, task_id in self.queues.get(tool, ()):
+                task = self.tasks.get(task_id)
+                if task is not None and task.state == QUEUED and not self._anyone_serves(task):
+                    self._wait_for_forager(task, now)
         self.dirty = True
 
     def _reissue(self, task: Task, now: float, why: str, *, avoid: bool = True) -> None:
@@ -356,7 +366,7 @@ class Scheduler:
         self.counters["reissued"] += 1
         task.reasons.append(why)
         self._move(task, QUEUED, now, why)
-        self._enqueue(task)
+        self._enqueue(task, now)
 
     def tick(self, now: float) -> None:
         """Expire leases, enforce deadlines and the wait for a capable forager."""
@@ -378,10 +388,17 @@ class Scheduler:
                 self._fail(task, now, E_DEADLINE,
                            f"the task ran past its timeout of {task.timeout:g} s")
             elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
+                task.waiting = False
                 who = f"forager {task.to!r} with " if task.to else "forager offers "
                 self._fail(task, now, E_NO_FORAGER,
                            f"no {who}capability {task.capability!r} joined within "
                            f"{task.wait:g} s")
+
+    def _wait_for_forager(self, task: Task, now: float) -> None:
+        # Only tasks nobody can serve get a timer: the common case pays nothing for it.
+        if not task.waiting:
+            task.waiting = True
+            self._timer(now + task.wait, task, "wait")
 
     def _anyone_serves(self, task: Task) -> bool:
         for node in self.registry.serving(task.capability):

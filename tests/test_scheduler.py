@@ -306,3 +306,19 @@ def test_registry_name_taken_by_live_peer() -> None:
     reg.add(Node(name="f", identity=b"a", role="forager", codec="iacp2", slots=1), 0.0)
     assert reg.name_taken("f", b"b")
     assert not reg.name_taken("f", b"a")
+
+
+def test_no_forager_wait_starts_when_the_last_capable_forager_leaves() -> None:
+    c = Colony()
+    f = c.forager("only", slots=1)
+    c.submit("busy", wait=2.0)
+    c.submit("queued", wait=2.0)
+    c.step()
+    assert not c.s.tasks["queued"].waiting  # someone serves it: no timer at all
+    c.reg.remove(f, c.now)
+    c.s.forager_lost(f, c.now)
+    out = c.step(1.0)
+    assert c.finals(out) == []
+    out = c.step(1.5)
+    assert sorted(b["task"] for b in c.finals(out)) == ["busy", "queued"]
+    assert {b["error"]["code"] for b in c.finals(out)} == {"no-forager"}

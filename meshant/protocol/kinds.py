@@ -74,6 +74,8 @@ KINDS: tuple[Kind, ...] = (
          (_f("task", str, True), _f("state", str, True))),
     Kind("task.batch", 20, "several task.result bodies in one message (negotiated: batch)",
          (_f("results", list, True),)),
+    Kind("task.assigns", 21, "several task.assign bodies, each with its id (negotiated: batch)",
+         (_f("assigns", list, True),)),
     # Liveness, memory, tools, control
     Kind("hb", 30, "heartbeat; body is the sender's registry record",
          (_f("slots", int), _f("tools", list), _f("running", list), _f("in_flight", int),
