@@ -85,8 +85,13 @@ class Peer:
     role = "peer"
 
     def __init__(self, queen: str | None, name: str | None,
-                 context: zmq.Context[Any] | None) -> None:
-        self.queen = resolve_queen(queen)
+                 context: zmq.Context[Any] | None, colony: str | None = None,
+                 discover: bool | None = None) -> None:
+        if discover is None:
+            discover = queen is None and not os.environ.get("MESHANT_QUEEN")
+        self.colony = colony or os.environ.get("MESHANT_COLONY") or None
+        self._follower: Any = None
+        self.queen = "" if discover else resolve_queen(queen)
         self.name = name or default_name(self.role)
         if not p.valid_name(self.name):
             raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
@@ -129,9 +134,40 @@ class Peer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    def _find_queen(self, timeout: float | None) -> None:
+        """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
+        if self.queen:
+            return
+        from .discovery import Follower, env_interfaces
+
+        if self._follower is None:
+            self._follower = Follower(self.colony, env_interfaces())
+        try:
+            rec = self._follower.first(timeout if timeout is not None else 3600.0)
+        except MeshantError:
+            self._follower.close()
+            self._follower = None
+            raise
+        self.queen = rec.router
+        log.info("%s: found queen %r of colony %r at %s", self.name, rec.name, rec.colony,
+                 rec.router)
+
+    def _follow_queen(self) -> None:
+        """(I/O thread) A discovering peer follows its queen to a new address."""
+        if self._follower is None:
+            return
+        rec = self._follower.current()
+        if rec is not None and rec.router != self.queen:
+            log.info("%s: the queen moved to %s", self.name, rec.router)
+            self.queen = rec.router
+            self._sub_endpoint = ""
+            self._open_socket()
+            self._say_hello()
+
     def _start_io(self, timeout: float | None) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.role} already started")
+        self._find_queen(timeout)
         self._stopped.clear()
         self._thread = threading.Thread(target=self._io_main, name=f"meshant-{self.role}",
                                         daemon=True)
@@ -309,6 +345,8 @@ class Peer:
             self._io_closing()
             self._close_sockets()
             self._waker.close()
+            if self._follower is not None:
+                self._follower.close()
             self._stopped.set()
             self._welcomed.set()  # nobody waits forever for a welcome that cannot come
 
@@ -432,7 +470,11 @@ class Peer:
     def _timers(self, now: float) -> None:
         if not self._welcomed.is_set():
             if now >= self._next_hello and self._refusal is None:
-                self._say_hello()
+                if self._follower is not None and self._follower.current() is not None and (
+                        self._follower.current().router != self.queen):
+                    self._follow_queen()
+                else:
+                    self._say_hello()
             self._on_timers(now)
             return
         mon = self._queen_mon

@@ -12,11 +12,14 @@ import time
 from typing import Any
 
 
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``python -m meshant ARGS`` with its stdout piped (for the ready line)."""
+def spawn(args: list[str], env: dict[str, str] | None = None,
+          prefix: list[str] | None = None) -> subprocess.Popen[str]:
+    """Start ``python -m meshant ARGS`` with its stdout piped (for the ready line);
+    ``prefix`` runs it under another command (``ip netns exec NS``)."""
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "meshant", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env)
+    return subprocess.Popen([*(prefix or []), sys.executable, "-m", "meshant", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env)
 
 
 def read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:

@@ -26,6 +26,14 @@ JSON_OPT = click.option("--json", "as_json", is_flag=True,
                         help="Machine-readable output: JSON (one object per line).")
 
 
+def discover_opts(fn: Any) -> Any:
+    fn = click.option("--colony", envvar="MESHANT_COLONY", show_envvar=True,
+                      help="With --discover: the colony to join (needed when several "
+                           "colonies share the network).")(fn)
+    return click.option("--discover", "-d", is_flag=True,
+                        help="Find the queen by mDNS (zeroconf) instead of --queen.")(fn)
+
+
 def _labels(values: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for v in values:
@@ -88,16 +96,27 @@ def _stop_on_signals(stop: Any) -> None:
               help="Keys the colony memory may hold.")
 @click.option("--mem-max-value", type=click.IntRange(1), default=65536, show_default=True,
               help="Largest colony memory value, in bytes (msgpack-encoded).")
+@click.option("--colony", default="default", show_default=True, envvar="MESHANT_COLONY",
+              help="Colony name advertised by mDNS, so colonies sharing a network stay apart.")
+@click.option("--advertise/--no-advertise", default=None,
+              help="Advertise this queen by mDNS (zeroconf). Default: on when bound to a "
+                   "non-loopback address.")
+@click.option("--mdns-interface", "mdns_interfaces", multiple=True, metavar="IP",
+              help="Advertise on this interface address only (repeatable; default: the "
+                   "bind address's).")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
-          mem_max_keys: int, mem_max_value: int, as_json: bool) -> None:
+          mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
+          mdns_interfaces: tuple[str, ...], as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from .queen import Queen
 
     q = Queen(bind, pub, name=name, assign_timeout=assign_timeout, hb_interval=hb_interval,
               hb_misses=hb_misses, max_queue=max_queue, no_forager_wait=no_forager_wait,
-              pub_hwm=pub_hwm, mem_max_keys=mem_max_keys, mem_max_value=mem_max_value)
+              pub_hwm=pub_hwm, mem_max_keys=mem_max_keys, mem_max_value=mem_max_value,
+              colony=colony, advertise=advertise,
+              mdns_interfaces=list(mdns_interfaces) or None)
     _stop_on_signals(q.stop)
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
     t.start()
@@ -114,7 +133,8 @@ def _announce(q: Any, as_json: bool) -> None:
         return
     if as_json:
         click.echo(json.dumps({"event": "ready", "name": q.name, "router": q.endpoint,
-                               "pub": q.pub_endpoint, "epoch": q.epoch}))
+                               "pub": q.pub_endpoint, "epoch": q.epoch, "colony": q.colony,
+                               "advertised": q.advertiser is not None}))
     else:
         click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
                    f"epoch={q.epoch}")
@@ -162,10 +182,11 @@ def load_app(spec: str) -> Any:
                    "(repeatable; '' for all).")
 @click.option("--drain-timeout", type=float, default=600.0, show_default=True,
               help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
+@discover_opts
 @JSON_OPT
 def forager(queen: str, app: str | None, name: str | None, slots: int, labels: tuple[str, ...],
             builtins: bool | None, subscriptions: tuple[str, ...], drain_timeout: float,
-            as_json: bool) -> None:
+            discover: bool, colony: str | None, as_json: bool) -> None:
     """Run a forager that serves tasks for the queen.
 
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
@@ -173,7 +194,8 @@ def forager(queen: str, app: str | None, name: str | None, slots: int, labels: t
     """
     from .builtin import add_builtins
 
-    f = Forager(queen, name=name, slots=slots, labels=_labels(labels))
+    f = Forager(None if discover else queen, name=name, slots=slots, labels=_labels(labels),
+                colony=colony, discover=discover)
     for prefix in subscriptions:
         try:
             f.subscribe(prefix, _print_broadcast)
@@ -219,18 +241,20 @@ def _announce_forager(f: Forager, as_json: bool) -> None:
         return
     if as_json:
         click.echo(json.dumps({"event": "ready", "name": f.name, "queen": f.queen,
-                               "slots": f.slots, "tools": f.tools}))
+                               "slots": f.slots, "tools": f.tools, "epoch": f.epoch}))
     else:
         click.echo(f"meshant forager {f.name!r} ready: queen={f.queen} slots={f.slots} "
                    f"tools={','.join(f.tools)}")
     sys.stdout.flush()
 
 
-def _connect(queen: str, timeout: float) -> Any:
+def _connect(queen: str, timeout: float, discover: bool = False,
+             colony: str | None = None) -> Any:
     from .client import Client
 
     try:
-        return Client(queen, timeout=timeout)
+        return Client(None if discover else queen, timeout=timeout, discover=discover,
+                      colony=colony)
     except QueenUnreachable as e:
         raise click.ClickException(str(e)) from None
     except MeshantError as e:
@@ -282,17 +306,18 @@ def _jsonable(v: Any) -> Any:
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
               help="Seconds to wait for the queen to answer.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
+@discover_opts
 @JSON_OPT
 def submit(queen: str, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            labels: tuple[str, ...], wait: float | None, count: int, connect_timeout: float,
-           stream: bool, as_json: bool) -> None:
+           stream: bool, discover: bool, colony: str | None, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin.
 
     Exits 1 if any task failed.
     """
     payloads = _payloads(payload, count)
-    client = _connect(queen, connect_timeout)
+    client = _connect(queen, connect_timeout, discover, colony)
     failed = 0
     try:
         kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
@@ -363,10 +388,12 @@ class _nullbar:
 @main.command()
 @QUEEN_OPT
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+@discover_opts
 @JSON_OPT
-def status(queen: str, connect_timeout: float, as_json: bool) -> None:
+def status(queen: str, connect_timeout: float, discover: bool, colony: str | None,
+           as_json: bool) -> None:
     """Show the queen's foragers, their slots and load, and the queue depths."""
-    client = _connect(queen, connect_timeout)
+    client = _connect(queen, connect_timeout, discover, colony)
     try:
         st = client.status()
     finally:
@@ -375,8 +402,9 @@ def status(queen: str, connect_timeout: float, as_json: bool) -> None:
         click.echo(json.dumps(st))
         return
     qi = st["queen"]
-    click.echo(f"queen {qi['name']!r} at {qi['endpoint']} (pub {qi['pub']}), up "
-               f"{qi['uptime']:.0f} s, epoch {qi['epoch']}")
+    click.echo(f"queen {qi['name']!r} of colony {qi['colony']!r} at {qi['endpoint']} "
+               f"(pub {qi['pub']}), up {qi['uptime']:.0f} s, epoch {qi['epoch']}"
+               + (", advertised by mDNS" if qi.get("advertised") else ""))
     click.echo(f"{len(st['foragers'])} foragers, {st['clients']} clients, "
                f"{st['queued']} queued, {st['running']} running")
     if st["foragers"]:
@@ -384,6 +412,9 @@ def status(queen: str, connect_timeout: float, as_json: bool) -> None:
         for f in st["foragers"]:
             click.echo(f"  {f['name']:30} {f['state']:9} {f['slots']:5} {f['in_flight']:5} "
                        f"{f['last_seen_age']:5.1f}s  {','.join(f['tools'])}")
+    gone = st.get("recently_gone") or []
+    if gone:
+        click.echo("recently offline: " + ", ".join(g["name"] for g in gone[-5:]))
     if st["queues"]:
         click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in sorted(st["queues"].items())))
     c = st["counters"]
@@ -507,6 +538,28 @@ def memory_delete(queen: str, key: str, connect_timeout: float) -> None:
         raise click.ClickException(str(e)) from None
     finally:
         client.close()
+
+
+@main.command("discover")
+@click.option("--timeout", "-t", type=float, default=3.0, show_default=True,
+              help="Seconds to listen for queens.")
+@click.option("--colony", help="Only queens of this colony.")
+@JSON_OPT
+def discover_cmd(timeout: float, colony: str | None, as_json: bool) -> None:
+    """List the queens advertised by mDNS on this network, with their endpoints."""
+    from .discovery import discover, env_interfaces
+
+    queens = discover(timeout, colony, env_interfaces())
+    if as_json:
+        click.echo(json.dumps([q.as_dict() for q in queens]))
+        return
+    if not queens:
+        click.echo(f"no queens found within {timeout:g} s", err=True)
+        return
+    click.echo(f"{'COLONY':16} {'QUEEN':16} {'ROUTER':28} {'PUB':28} VERSIONS")
+    for q in queens:
+        click.echo(f"{q.colony:16} {q.name:16} {q.router:28} {q.pub:28} "
+                   f"{','.join(map(str, q.versions))}")
 
 
 @main.command()

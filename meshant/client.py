@@ -96,6 +96,8 @@ class Client(Peer):
     report and partial result. ``threaded=False``: no I/O thread (see the module doc).
     ``queen_wait``: when the queen goes silent, pending futures fail with
     QueenUnreachable after this many seconds unless it comes back first.
+    ``queen=None`` (and no ``MESHANT_QUEEN``), or ``discover=True``: find the queen of
+    ``colony`` (or the only colony) by mDNS, and follow it if it moves.
     """
 
     role = "client"
@@ -110,9 +112,11 @@ class Client(Peer):
         on_progress: Callable[[str, Update], Any] | None = None,
         threaded: bool = True,
         queen_wait: float = 30.0,
+        colony: str | None = None,
+        discover: bool | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        super().__init__(queen, name, context)
+        super().__init__(queen, name, context, colony, discover)
         self.wait = wait
         self.on_update = on_progress
         self.threaded = threaded
@@ -145,6 +149,7 @@ class Client(Peer):
     # -- direct mode: the caller's thread drives the socket -------------------------------
 
     def _start_direct(self, timeout: float) -> None:
+        self._find_queen(timeout)
         self._io_ident = threading.get_ident()
         self._open_socket()
         self._say_hello()
@@ -186,6 +191,8 @@ class Client(Peer):
         self._io_closing()
         self._close_sockets()
         self._waker.close()
+        if self._follower is not None:
+            self._follower.close()
         self._stopped.set()
 
     def send_message(self, msg: p.Message) -> None:

@@ -142,9 +142,13 @@ class Forager(Peer):
         name: str | None = None,
         slots: int = 1,
         labels: dict[str, Any] | None = None,
+        colony: str | None = None,
+        discover: bool | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        super().__init__(queen, name, context)
+        """``queen=None`` (and no ``MESHANT_QUEEN``), or ``discover=True``: find the queen
+        of ``colony`` by mDNS and follow it if it moves."""
+        super().__init__(queen, name, context, colony, discover)
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.slots = slots

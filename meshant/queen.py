@@ -79,6 +79,9 @@ class Queen:
         pub_hwm: int = 10_000,
         mem_max_keys: int = 10_000,
         mem_max_value: int = 64 * 1024,
+        colony: str = "default",
+        advertise: bool | None = None,
+        mdns_interfaces: list[str] | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.bind = bind
@@ -98,6 +101,11 @@ class Queen:
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0}
         self.memory = MemoryStore(mem_max_keys, mem_max_value)
+        self.colony = colony
+        # Advertise by default only where others could join: not on loopback.
+        self.advertise = advertise
+        self.mdns_interfaces = mdns_interfaces
+        self.advertiser: Any = None
         self.pub_hwm = pub_hwm
         self._ctx = context or zmq.Context.instance()
         self._waker = Waker()
@@ -191,12 +199,26 @@ class Queen:
             self._router = router
             self._pub = pub
             self._started = time.monotonic()
+            self._start_advertising()
             self._ready.set()
             self._loop(router)
         finally:
+            if self.advertiser is not None:
+                self.advertiser.close()  # unregistered: joiners see the queen go
             router.close(0)
             pub.close(0)
             self._waker.close()
+
+    def _start_advertising(self) -> None:
+        from .discovery import Advertiser, advertise_interfaces, is_loopback
+
+        on = self.advertise if self.advertise is not None else not is_loopback(self.endpoint)
+        if not on:
+            return
+        ifaces = self.mdns_interfaces or advertise_interfaces(self.endpoint)
+        self.advertiser = Advertiser(colony=self.colony, name=self.name, router=self.endpoint,
+                                     pub=self.pub_endpoint, epoch=self.epoch,
+                                     interfaces=ifaces or None)
 
     def _loop(self, router: zmq.Socket[Any]) -> None:
         poller = zmq.Poller()
@@ -517,7 +539,8 @@ class Queen:
         peers = list(self.registry.by_id.values())
         foragers = [n.record(now) for n in peers if n.role == "forager"]
         return {
-            "queen": {"name": self.name, "epoch": self.epoch, "endpoint": self.endpoint,
+            "queen": {"name": self.name, "colony": self.colony, "epoch": self.epoch,
+                      "advertised": self.advertiser is not None, "endpoint": self.endpoint,
                       "pub": self.pub_endpoint, "pid": os.getpid(),
                       "host": socket.gethostname(),
                       "uptime": round(now - self._started, 3),

@@ -1,0 +1,263 @@
+"""Zeroconf discovery: the queen advertises itself over mDNS; foragers and clients find it.
+
+python-zeroconf runs on its own threads; nothing here blocks an I/O loop. The queen's
+TXT record carries what a joiner needs (ROUTER and PUB endpoints, protocol versions,
+colony, epoch, queen name). Several colonies share a network without mixing: a joiner
+asks for its colony by name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zeroconf import (
+    IPVersion,
+    ServiceBrowser,
+    ServiceInfo,
+    ServiceListener,
+    ServiceStateChange,
+    Zeroconf,
+)
+
+from .errors import MeshantError, QueenUnreachable
+from .protocol.binary import SUPPORTED_VERSIONS
+
+log = logging.getLogger("meshant.discovery")
+
+SERVICE_TYPE = "_meshant._tcp.local."
+DEFAULT_COLONY = "default"
+SETTLE = 1.5  # seconds a joiner with no colony keeps listening after the first queen
+
+
+@dataclass(frozen=True)
+class QueenRecord:
+    """A queen as seen through mDNS."""
+
+    instance: str
+    colony: str
+    name: str
+    router: str
+    pub: str
+    versions: tuple[int, ...]
+    epoch: str
+    host: str
+    started: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "versions": list(self.versions)}
+
+
+def _endpoint_host(endpoint: str) -> str:
+    rest = endpoint.partition("://")[2]
+    return rest.rpartition(":")[0].strip("[]")
+
+
+def _endpoint_port(endpoint: str) -> int:
+    try:
+        return int(endpoint.rpartition(":")[2])
+    except ValueError:
+        return 0
+
+
+def advertise_interfaces(bind_endpoint: str) -> list[str]:
+    """Where to speak mDNS for a queen bound there: its own interface; loopback for
+    loopback; every IPv4 interface for a wildcard bind."""
+    host = _endpoint_host(bind_endpoint)
+    if host in ("*", "0.0.0.0", ""):
+        return []  # all interfaces
+    return [host]
+
+
+def is_loopback(endpoint: str) -> bool:
+    host = _endpoint_host(endpoint)
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def env_interfaces() -> list[str] | None:
+    """``MESHANT_MDNS_INTERFACES=ip,ip``: where joiners browse (default: every interface)."""
+    import os
+
+    v = os.environ.get("MESHANT_MDNS_INTERFACES", "").strip()
+    return [x.strip() for x in v.split(",") if x.strip()] or None
+
+
+def _zeroconf(interfaces: list[str] | None) -> Zeroconf:
+    if interfaces:
+        return Zeroconf(interfaces=interfaces, ip_version=IPVersion.V4Only)
+    return Zeroconf(ip_version=IPVersion.V4Only)
+
+
+class Advertiser:
+    """Registers the queen's service; unregisters it on :meth:`close` (a crash is expired
+    by the records' TTL)."""
+
+    def __init__(self, *, colony: str, name: str, router: str, pub: str, epoch: str,
+                 interfaces: list[str] | None = None) -> None:
+        self.colony = colony
+        host = _endpoint_host(router)
+        if host in ("*", "0.0.0.0", ""):
+            host = socket.gethostbyname(socket.gethostname())
+            router = router.replace("//*:", f"//{host}:").replace("//0.0.0.0:", f"//{host}:")
+            pub = pub.replace("//*:", f"//{host}:").replace("//0.0.0.0:", f"//{host}:")
+        self.instance = f"{colony}-{name}-{epoch[:8]}.{SERVICE_TYPE}"
+        props = {"router": router, "pub": pub, "colony": colony, "name": name,
+                 "epoch": epoch, "versions": ",".join(map(str, SUPPORTED_VERSIONS)),
+                 "started": f"{time.time():.3f}"}
+        addresses = []
+        try:
+            addresses = [socket.inet_aton(host)]
+        except OSError:
+            pass
+        self.info = ServiceInfo(SERVICE_TYPE, self.instance, addresses=addresses,
+                                port=_endpoint_port(router), properties=props,
+                                server=f"meshant-{epoch[:8]}.local.")
+        self._zc = _zeroconf(interfaces if interfaces is not None else [host])
+        self._zc.register_service(self.info, allow_name_change=True)
+        log.info("advertising %s on mDNS", self.instance)
+
+    def close(self) -> None:
+        try:
+            self._zc.unregister_service(self.info)
+        finally:
+            self._zc.close()
+
+
+def _record(info: ServiceInfo) -> QueenRecord | None:
+    props = {k.decode(): (v or b"").decode() for k, v in (info.properties or {}).items()}
+    if not props.get("router"):
+        return None
+    try:
+        versions = tuple(int(v) for v in props.get("versions", "").split(",") if v)
+    except ValueError:
+        versions = ()
+    return QueenRecord(instance=info.name, colony=props.get("colony", DEFAULT_COLONY),
+                       name=props.get("name", ""), router=props["router"],
+                       pub=props.get("pub", ""), versions=versions,
+                       epoch=props.get("epoch", ""), host=info.server or "",
+                       started=_float(props.get("started")))
+
+
+def _float(v: str | None) -> float:
+    try:
+        return float(v or 0)
+    except ValueError:
+        return 0.0
+
+
+class Browser(ServiceListener):
+    """Keeps the set of queens currently advertised, from zeroconf's own threads."""
+
+    def __init__(self, interfaces: list[str] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queens: dict[str, QueenRecord] = {}
+        self._zc = _zeroconf(interfaces)
+        self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
+
+    def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str,
+                   state_change: ServiceStateChange) -> None:
+        if state_change is ServiceStateChange.Removed:
+            with self._changed:
+                self._queens.pop(name, None)
+                self._changed.notify_all()
+            return
+        info = zeroconf.get_service_info(service_type, name, timeout=2000)
+        rec = _record(info) if info is not None else None
+        with self._changed:
+            if rec is not None:
+                self._queens[name] = rec
+            self._changed.notify_all()
+
+    # ServiceListener protocol (unused: the handler above sees every change)
+    def add_service(self, zc: Zeroconf, type_: str, name: str) -> None: ...
+    def remove_service(self, zc: Zeroconf, type_: str, name: str) -> None: ...
+    def update_service(self, zc: Zeroconf, type_: str, name: str) -> None: ...
+
+    def queens(self, colony: str | None = None) -> list[QueenRecord]:
+        with self._lock:
+            found = list(self._queens.values())
+        return sorted((q for q in found if colony is None or q.colony == colony),
+                      key=lambda q: q.instance)
+
+    def wait(self, colony: str | None, timeout: float) -> list[QueenRecord]:
+        """Queens of ``colony`` seen within ``timeout`` (returns as soon as there is one)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = [q for q in self._queens.values()
+                         if colony is None or q.colony == colony]
+                left = deadline - time.monotonic()
+                if found or left <= 0:
+                    return sorted(found, key=lambda q: q.instance)
+                self._changed.wait(left)
+
+    def close(self) -> None:
+        self._browser.cancel()
+        self._zc.close()
+
+
+def discover(timeout: float = 3.0, colony: str | None = None,
+             interfaces: list[str] | None = None) -> list[QueenRecord]:
+    """Every queen seen within ``timeout`` seconds (of ``colony``, if given)."""
+    b = Browser(interfaces)
+    try:
+        time.sleep(timeout)
+        return b.queens(colony)
+    finally:
+        b.close()
+
+
+def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
+    """The one queen to join, or a clear error."""
+    if colony is not None:
+        queens = [q for q in queens if q.colony == colony]
+    if not queens:
+        where = f" of colony {colony!r}" if colony else ""
+        raise QueenUnreachable(f"no queen{where} found by mDNS discovery: is one running "
+                               "with --advertise on this network? (or give --queen)")
+    colonies = {q.colony for q in queens}
+    if colony is None and len(colonies) > 1:
+        listing = ", ".join(f"{q.colony} ({q.router})" for q in queens)
+        raise MeshantError(f"several colonies found: {listing}; choose one with --colony",
+                           code="ambiguous")
+    # One colony, several records: a restarted queen's and its predecessor's (a crashed
+    # queen's record lingers until its TTL). The newest start wins.
+    return max(queens, key=lambda q: q.started)
+
+
+class Follower:
+    """A joiner's view of its colony's queen, kept current on zeroconf's threads so an
+    I/O loop can read it without waiting."""
+
+    def __init__(self, colony: str | None, interfaces: list[str] | None = None) -> None:
+        self.colony = colony
+        self._browser = Browser(interfaces)
+
+    def first(self, timeout: float) -> QueenRecord:
+        found = self._browser.wait(self.colony, timeout)
+        if found and self.colony is None:
+            # No colony named: listen a little longer, so that several colonies on the
+            # network are seen (and refused as ambiguous) rather than one picked by chance.
+            time.sleep(SETTLE)
+            found = self._browser.queens(None)
+        return choose(found, self.colony)
+
+    def current(self) -> QueenRecord | None:
+        try:
+            return choose(self._browser.queens(self.colony), self.colony)
+        except MeshantError:
+            return None
+
+    def close(self) -> None:
+        self._browser.close()

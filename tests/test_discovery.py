@@ -1,0 +1,131 @@
+"""Zeroconf discovery with real mDNS, inside a network namespace made for the test.
+
+The namespace holds only its own loopback interface, so no mDNS packet can leave this
+machine (or even reach the host's other interfaces). Creating it needs root and iproute2,
+as CI has; elsewhere these tests are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from meshant import _procs
+
+HB = ("--hb-interval", "0.2", "--hb-misses", "5")
+
+
+class Netns:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.procs: list[subprocess.Popen[str]] = []
+
+    @property
+    def prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def start(self, *args: str, ready: bool = True) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+        p = _procs.spawn(list(args), prefix=self.prefix)
+        self.procs.append(p)
+        return p, (_procs.read_json_line(p, 30) if ready else {})
+
+    def queen(self, colony: str, *extra: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+        return self.start("queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
+                          "--advertise", "--colony", colony, "--name", f"q-{colony}",
+                          "--json", *HB, *extra)
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.prefix, sys.executable, "-m", "meshant", *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def discover(self, *extra: str) -> list[dict[str, Any]]:
+        r = self.run("discover", "--json", "--timeout", "1.5", *extra)
+        assert r.returncode == 0, r.stderr
+        return list(json.loads(r.stdout))
+
+    def status(self, router: str) -> dict[str, Any]:
+        r = self.run("status", "--queen", router, "--json")
+        assert r.returncode == 0, r.stderr
+        return dict(json.loads(r.stdout))
+
+
+@pytest.fixture
+def netns() -> Iterator[Netns]:
+    if os.geteuid() != 0:
+        pytest.skip("discovery tests make a network namespace: they need root (CI has it)")
+    name = f"meshant-{os.getpid()}-{secrets.token_hex(3)}"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot create a network namespace: {r.stderr.strip()}")
+    ns = Netns(name)
+    try:
+        for cmd in (["ip", "link", "set", "lo", "up"],
+                    ["ip", "link", "set", "lo", "multicast", "on"]):
+            subprocess.run([*ns.prefix, *cmd], check=True, timeout=10)
+        yield ns
+    finally:
+        _procs.stop(ns.procs)
+        subprocess.run(["ip", "netns", "del", name], timeout=10)
+
+
+def wait_for(pred: Any, timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_discovered_queen_is_listed_joined_and_used(netns: Netns) -> None:
+    _, q = netns.queen("ants")
+    assert q["advertised"] is True
+    queens = wait_for(lambda: netns.discover(), what="the queen to be discovered")
+    (rec,) = queens
+    assert rec["colony"] == "ants" and rec["router"] == q["router"] and rec["pub"] == q["pub"]
+    assert rec["versions"] == [2] and rec["epoch"] == q["epoch"]
+    _, f = netns.start("forager", "--discover", "--name", "scout", "--json")
+    assert f["queen"] == q["router"]
+    r = netns.run("submit", "--discover", "echo", '{"found": true}')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"found": True}
+
+
+def test_two_colonies_stay_separate(netns: Netns) -> None:
+    _, ants = netns.queen("ants")
+    _, bees = netns.queen("bees")
+    wait_for(lambda: len(netns.discover()) == 2, what="both queens")
+    assert [q["colony"] for q in netns.discover("--colony", "bees")] == ["bees"]
+    _, f = netns.start("forager", "--discover", "--colony", "bees", "--name", "worker",
+                       "--json")
+    assert f["queen"] == bees["router"]
+    assert [x["name"] for x in netns.status(bees["router"])["foragers"]] == ["worker"]
+    assert netns.status(ants["router"])["foragers"] == []
+    p, _ = netns.start("forager", "--discover", "--json", ready=False)
+    assert p.wait(30) == 1
+    assert p.stderr is not None and "several colonies" in p.stderr.read()
+
+
+def test_forager_follows_a_queen_restarted_on_another_port(netns: Netns) -> None:
+    first, q1 = netns.queen("ants")
+    _, f = netns.start("forager", "--discover", "--colony", "ants", "--name", "loyal",
+                       "--json")
+    assert f["queen"] == q1["router"]
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(15) == 0
+    # A queen that stops unregisters: it is gone from discovery.
+    wait_for(lambda: netns.discover() == [], what="the stopped queen to disappear")
+    _, q2 = netns.queen("ants")
+    assert q2["router"] != q1["router"]
+    wait_for(lambda: [x["name"] for x in netns.status(q2["router"])["foragers"]] == ["loyal"],
+             timeout=30, what="the forager to follow the queen to its new port")
