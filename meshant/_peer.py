@@ -29,6 +29,7 @@ from ._zmqio import recv_frames
 from .colony_memory import Memory
 from .errors import MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
+from .security import client_socket, load_public, load_secret
 
 log = logging.getLogger("meshant")
 
@@ -86,12 +87,23 @@ class Peer:
 
     def __init__(self, queen: str | None, name: str | None,
                  context: zmq.Context[Any] | None, colony: str | None = None,
-                 discover: bool | None = None) -> None:
+                 discover: bool | None = None, curve_secret: str | None = None,
+                 queen_key: str | None = None) -> None:
         if discover is None:
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
         self._follower: Any = None
         self.queen = "" if discover else resolve_queen(queen)
+        # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
+        curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
+        queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
+        self._curve = load_secret(curve_secret) if curve_secret else None
+        self._queen_key = load_public(queen_key) if queen_key else None
+        if self._queen_key is not None and self._curve is None:
+            raise ValueError("--queen-key needs --curve-secret: this peer's own key pair")
+        if self._curve is not None and self._queen_key is None and not discover:
+            raise ValueError("--curve-secret needs --queen-key (the queen's public key), "
+                             "unless the queen is found by discovery")
         self.name = name or default_name(self.role)
         if not p.valid_name(self.name):
             raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
@@ -144,6 +156,7 @@ class Peer:
             self._follower = Follower(self.colony, env_interfaces())
         try:
             rec = self._follower.first(timeout if timeout is not None else 3600.0)
+            self._check_queen_key(rec)
         except MeshantError:
             self._follower.close()
             self._follower = None
@@ -152,12 +165,33 @@ class Peer:
         log.info("%s: found queen %r of colony %r at %s", self.name, rec.name, rec.colony,
                  rec.router)
 
+    def _check_queen_key(self, rec: Any) -> None:
+        """A discovered queen must prove the key we pinned; one with another key is refused."""
+        if self._curve is None:
+            return
+        advertised = rec.curve.encode() if rec.curve else None
+        if self._queen_key is None:
+            if advertised is None:
+                raise MeshantError(f"the queen at {rec.router} advertises no CURVE key, but "
+                                   "this peer has one: give --queen-key", code="bad-key")
+            self._queen_key = advertised  # trust on first use, from the TXT record
+        elif advertised != self._queen_key:
+            raise MeshantError(
+                f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
+                f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
+                "(a rogue or reconfigured queen)", code="wrong-queen-key")
+
     def _follow_queen(self) -> None:
         """(I/O thread) A discovering peer follows its queen to a new address."""
         if self._follower is None:
             return
         rec = self._follower.current()
         if rec is not None and rec.router != self.queen:
+            try:
+                self._check_queen_key(rec)
+            except MeshantError as e:
+                log.error("%s: %s", self.name, e)
+                return
             log.info("%s: the queen moved to %s", self.name, rec.router)
             self.queen = rec.router
             self._sub_endpoint = ""
@@ -182,9 +216,13 @@ class Peer:
             raise self._unreachable(timeout)
 
     def _unreachable(self, timeout: float) -> QueenUnreachable:
+        hint = ("is it running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+        if self._curve is not None:
+            hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
+                    "looks exactly like this (the handshake fails silently); check both, "
+                    "and that the queen is running")
         return QueenUnreachable(
-            f"no answer from the queen at {self.queen} within {timeout:g} s: is it "
-            "running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+            f"no answer from the queen at {self.queen} within {timeout:g} s: {hint}")
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread and close the sockets (idempotent)."""
@@ -303,10 +341,15 @@ class Peer:
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 10000)
+        self._secure(sock)
         sock.connect(self.queen)
         self._sock = sock
         self._poller.register(sock, zmq.POLLIN)
         return sock
+
+    def _secure(self, sock: zmq.Socket[Any]) -> None:
+        if self._curve is not None and self._queen_key is not None:
+            client_socket(sock, *self._curve, self._queen_key)
 
     def _open_sub(self, endpoint: str) -> None:
         if not endpoint or endpoint == self._sub_endpoint:
@@ -319,6 +362,7 @@ class Peer:
         sub.setsockopt(zmq.RCVHWM, 100_000)
         for t in self._topics:
             sub.setsockopt(zmq.SUBSCRIBE, t)
+        self._secure(sub)
         sub.connect(pub_endpoint_for(endpoint, self.queen))
         self._sub = sub
         self._sub_endpoint = endpoint
@@ -474,6 +518,10 @@ class Peer:
                         self._follower.current().router != self.queen):
                     self._follow_queen()
                 else:
+                    if self._curve is not None and self._hello_attempt > 0:
+                        # A CURVE handshake the queen refused is not retried by libzmq:
+                        # a fresh connection is (the key may be authorized by now).
+                        self._open_socket()
                     self._say_hello()
             self._on_timers(now)
             return
@@ -552,6 +600,10 @@ class Peer:
             return
         if msg.ref is not None and msg.ref == self._hello_id:
             retry = msg.b.get("retry_after")
+            if code == "rate-limited" and isinstance(retry, int | float):
+                self._next_hello = time.monotonic() + float(retry)
+                self._hello_id = ""
+                return
             if code == "name-taken" and isinstance(retry, int | float) and (
                     not self._name_retried and retry <= NAME_WAIT):
                 # The name's holder (perhaps our own previous life) may be dead but not yet

@@ -26,3 +26,22 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
 
 def readable(sock: zmq.Socket[Any]) -> bool:
     return bool(sock.getsockopt(EVENTS) & POLLIN)
+
+
+def recv_frames_key(sock: zmq.Socket[Any]) -> tuple[list[bytes], bytes | None]:
+    """Like recv_frames on a ROUTER, plus the CURVE key the ZAP handler bound to the
+    connection (zmq.auth sets User-Id to the client's z85 public key)."""
+    recv = sock.recv
+    frames = [recv()]
+    more = sock.getsockopt
+    key: bytes | None = None
+    while more(RCVMORE):
+        frame = recv(copy=False)
+        if key is None:
+            try:
+                uid = frame.get("User-Id")
+                key = uid.encode() if uid else None
+            except zmq.ZMQError:
+                key = None
+        frames.append(frame.bytes)
+    return frames, key

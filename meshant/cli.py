@@ -26,6 +26,15 @@ JSON_OPT = click.option("--json", "as_json", is_flag=True,
                         help="Machine-readable output: JSON (one object per line).")
 
 
+def curve_opts(fn: Any) -> Any:
+    fn = click.option("--queen-key", envvar="MESHANT_QUEEN_KEY", show_envvar=True,
+                      metavar="FILE", help="The queen's CURVE public key (its .key file); "
+                      "with --discover it may come from the advertisement instead.")(fn)
+    return click.option("--curve-secret", envvar="MESHANT_CURVE_SECRET", show_envvar=True,
+                        metavar="FILE", help="This peer's CURVE key pair (.key_secret file): "
+                        "encrypts and authenticates everything with the queen.")(fn)
+
+
 def discover_opts(fn: Any) -> Any:
     fn = click.option("--colony", envvar="MESHANT_COLONY", show_envvar=True,
                       help="With --discover: the colony to join (needed when several "
@@ -104,20 +113,47 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--mdns-interface", "mdns_interfaces", multiple=True, metavar="IP",
               help="Advertise on this interface address only (repeatable; default: the "
                    "bind address's).")
+@click.option("--curve-secret", envvar="MESHANT_CURVE_SECRET", metavar="FILE",
+              help="The queen's CURVE key pair (.key_secret): turns on encryption and "
+                   "authentication on both sockets. Needs --authorized.")
+@click.option("--authorized", metavar="DIR", envvar="MESHANT_AUTHORIZED",
+              help="Folder of public keys (.key files) allowed to connect; re-read on "
+                   "SIGHUP and when it changes.")
+@click.option("--max-peers", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Registered peers at most ('too-many-peers' beyond).")
+@click.option("--max-message", type=click.IntRange(1024), default=64 * 1024 * 1024,
+              show_default=True, help="Largest frame accepted, in bytes ('too-large').")
+@click.option("--peer-hwm", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Messages queued per peer, each way, before sends to it are dropped.")
+@click.option("--submit-rate", type=click.FloatRange(0.1), default=10_000.0,
+              show_default=True, help="Submissions per second per peer ('rate-limited').")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
-          mdns_interfaces: tuple[str, ...], as_json: bool) -> None:
+          mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
+          max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
+          as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
+    from .discovery import is_loopback
     from .queen import Queen
 
-    q = Queen(bind, pub, name=name, assign_timeout=assign_timeout, hb_interval=hb_interval,
-              hb_misses=hb_misses, max_queue=max_queue, no_forager_wait=no_forager_wait,
-              pub_hwm=pub_hwm, mem_max_keys=mem_max_keys, mem_max_value=mem_max_value,
-              colony=colony, advertise=advertise,
-              mdns_interfaces=list(mdns_interfaces) or None)
+    try:
+        q = Queen(bind, pub, name=name, assign_timeout=assign_timeout,
+                  hb_interval=hb_interval, hb_misses=hb_misses, max_queue=max_queue,
+                  no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
+                  mem_max_keys=mem_max_keys, mem_max_value=mem_max_value, colony=colony,
+                  advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
+                  curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,
+                  max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate)
+    except (MeshantError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if curve_secret is None and not (is_loopback(bind) or bind.startswith(("ipc:", "inproc:"))):
+        click.echo(f"warning: {bind} is reachable beyond this machine and CURVE is off: "
+                   "anyone who can connect can join, read broadcasts and submit work. Use "
+                   "--curve-secret/--authorized (see docs/security.md).", err=True)
     _stop_on_signals(q.stop)
+    signal.signal(signal.SIGHUP, lambda *_: q.reload_keys())
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
     t.start()
     try:
@@ -183,10 +219,12 @@ def load_app(spec: str) -> Any:
 @click.option("--drain-timeout", type=float, default=600.0, show_default=True,
               help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
 @discover_opts
+@curve_opts
 @JSON_OPT
 def forager(queen: str, app: str | None, name: str | None, slots: int, labels: tuple[str, ...],
             builtins: bool | None, subscriptions: tuple[str, ...], drain_timeout: float,
-            discover: bool, colony: str | None, as_json: bool) -> None:
+            discover: bool, colony: str | None, curve_secret: str | None,
+            queen_key: str | None, as_json: bool) -> None:
     """Run a forager that serves tasks for the queen.
 
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
@@ -194,8 +232,12 @@ def forager(queen: str, app: str | None, name: str | None, slots: int, labels: t
     """
     from .builtin import add_builtins
 
-    f = Forager(None if discover else queen, name=name, slots=slots, labels=_labels(labels),
-                colony=colony, discover=discover)
+    try:
+        f = Forager(None if discover else queen, name=name, slots=slots,
+                    labels=_labels(labels), colony=colony, discover=discover,
+                    curve_secret=curve_secret, queen_key=queen_key)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     for prefix in subscriptions:
         try:
             f.subscribe(prefix, _print_broadcast)
@@ -249,12 +291,15 @@ def _announce_forager(f: Forager, as_json: bool) -> None:
 
 
 def _connect(queen: str, timeout: float, discover: bool = False,
-             colony: str | None = None) -> Any:
+             colony: str | None = None, curve_secret: str | None = None,
+             queen_key: str | None = None) -> Any:
     from .client import Client
 
     try:
         return Client(None if discover else queen, timeout=timeout, discover=discover,
-                      colony=colony)
+                      colony=colony, curve_secret=curve_secret, queen_key=queen_key)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     except QueenUnreachable as e:
         raise click.ClickException(str(e)) from None
     except MeshantError as e:
@@ -307,17 +352,19 @@ def _jsonable(v: Any) -> Any:
               help="Seconds to wait for the queen to answer.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
 @discover_opts
+@curve_opts
 @JSON_OPT
 def submit(queen: str, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            labels: tuple[str, ...], wait: float | None, count: int, connect_timeout: float,
-           stream: bool, discover: bool, colony: str | None, as_json: bool) -> None:
+           stream: bool, discover: bool, colony: str | None, curve_secret: str | None,
+           queen_key: str | None, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin.
 
     Exits 1 if any task failed.
     """
     payloads = _payloads(payload, count)
-    client = _connect(queen, connect_timeout, discover, colony)
+    client = _connect(queen, connect_timeout, discover, colony, curve_secret, queen_key)
     failed = 0
     try:
         kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
@@ -389,11 +436,12 @@ class _nullbar:
 @QUEEN_OPT
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True)
 @discover_opts
+@curve_opts
 @JSON_OPT
 def status(queen: str, connect_timeout: float, discover: bool, colony: str | None,
-           as_json: bool) -> None:
+           curve_secret: str | None, queen_key: str | None, as_json: bool) -> None:
     """Show the queen's foragers, their slots and load, and the queue depths."""
-    client = _connect(queen, connect_timeout, discover, colony)
+    client = _connect(queen, connect_timeout, discover, colony, curve_secret, queen_key)
     try:
         st = client.status()
     finally:
@@ -538,6 +586,29 @@ def memory_delete(queen: str, key: str, connect_timeout: float) -> None:
         raise click.ClickException(str(e)) from None
     finally:
         client.close()
+
+
+@main.group()
+def keys() -> None:
+    """CURVE keys for queens, foragers and clients (zmq's certificate format)."""
+
+
+@keys.command("generate")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--name", "-n", required=True, help="Key name: files NAME.key and "
+              "NAME.key_secret; by default the key may register this name and NAME-*.")
+@click.option("--role", "roles", multiple=True, type=click.Choice(["forager", "client"]),
+              help="What the key may register as (repeatable; default client).")
+@click.option("--allow-name", "names", multiple=True, metavar="PATTERN",
+              help="Names the key may register (glob, repeatable) instead of NAME, NAME-*.")
+def keys_generate(directory: str, name: str, roles: tuple[str, ...],
+                  names: tuple[str, ...]) -> None:
+    """Write a key pair into DIRECTORY. Copy NAME.key (public) into the queen's
+    --authorized folder; keep NAME.key_secret private (mode 600)."""
+    from .security import generate
+
+    pub_file, sec_file = generate(directory, name, roles or ("client",), names)
+    click.echo(f"public key: {pub_file}\nsecret key: {sec_file}")
 
 
 @main.command("discover")

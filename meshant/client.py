@@ -114,9 +114,11 @@ class Client(Peer):
         queen_wait: float = 30.0,
         colony: str | None = None,
         discover: bool | None = None,
+        curve_secret: str | None = None,
+        queen_key: str | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        super().__init__(queen, name, context, colony, discover)
+        super().__init__(queen, name, context, colony, discover, curve_secret, queen_key)
         self.wait = wait
         self.on_update = on_progress
         self.threaded = threaded

@@ -48,6 +48,7 @@ class QueenRecord:
     epoch: str
     host: str
     started: float = 0.0
+    curve: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "versions": list(self.versions)}
@@ -103,7 +104,7 @@ class Advertiser:
     by the records' TTL)."""
 
     def __init__(self, *, colony: str, name: str, router: str, pub: str, epoch: str,
-                 interfaces: list[str] | None = None) -> None:
+                 interfaces: list[str] | None = None, curve_key: str = "") -> None:
         self.colony = colony
         host = _endpoint_host(router)
         if host in ("*", "0.0.0.0", ""):
@@ -114,6 +115,8 @@ class Advertiser:
         props = {"router": router, "pub": pub, "colony": colony, "name": name,
                  "epoch": epoch, "versions": ",".join(map(str, SUPPORTED_VERSIONS)),
                  "started": f"{time.time():.3f}"}
+        if curve_key:
+            props["curve"] = curve_key
         addresses = []
         try:
             addresses = [socket.inet_aton(host)]
@@ -145,7 +148,7 @@ def _record(info: ServiceInfo) -> QueenRecord | None:
                        name=props.get("name", ""), router=props["router"],
                        pub=props.get("pub", ""), versions=versions,
                        epoch=props.get("epoch", ""), host=info.server or "",
-                       started=_float(props.get("started")))
+                       started=_float(props.get("started")), curve=props.get("curve", ""))
 
 
 def _float(v: str | None) -> float:

@@ -144,11 +144,13 @@ class Forager(Peer):
         labels: dict[str, Any] | None = None,
         colony: str | None = None,
         discover: bool | None = None,
+        curve_secret: str | None = None,
+        queen_key: str | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         """``queen=None`` (and no ``MESHANT_QUEEN``), or ``discover=True``: find the queen
         of ``colony`` by mDNS and follow it if it moves."""
-        super().__init__(queen, name, context, colony, discover)
+        super().__init__(queen, name, context, colony, discover, curve_secret, queen_key)
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.slots = slots

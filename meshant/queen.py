@@ -27,12 +27,16 @@ from .memory import MemoryError_, MemoryStore
 from .protocol.codec import BINARY, JSON
 from .registry import ACTIVE, DRAINING, Node, Registry
 from .scheduler import DuplicateTask, QueueFull, Scheduler, Task
+from .security import Authorized, load_secret, server_socket
 
 log = logging.getLogger("meshant.queen")
 
 # Error codes the queen answers with (besides the protocol's own).
 NOT_REGISTERED = "not-registered"
 NAME_TAKEN = "name-taken"
+NOT_ALLOWED = "not-allowed"
+RATE_LIMITED = "rate-limited"
+HELLO_RATE = 5.0  # hellos per second per connection: a reconnecting peer needs one
 QUEUE_FULL = "queue-full"
 DUPLICATE_TASK = "duplicate-task"
 UNKNOWN_RECIPIENT = "unknown-recipient"
@@ -82,6 +86,10 @@ class Queen:
         colony: str = "default",
         advertise: bool | None = None,
         mdns_interfaces: list[str] | None = None,
+        curve_secret: str | None = None,
+        authorized: str | None = None,
+        peer_hwm: int = 100_000,
+        submit_rate: float = 10_000.0,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.bind = bind
@@ -99,13 +107,30 @@ class Queen:
         self.endpoint = ""
         self.pub_endpoint = ""
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
-                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0}
+                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
+                                         "refused_keys": 0, "rate_limited": 0}
         self.memory = MemoryStore(mem_max_keys, mem_max_value)
         self.colony = colony
         # Advertise by default only where others could join: not on loopback.
         self.advertise = advertise
         self.mdns_interfaces = mdns_interfaces
         self.advertiser: Any = None
+        # CURVE: who may connect at all (zmq.auth's ZAP handler), and which names and
+        # roles each key may take (meshant.security.Authorized).
+        self.curve: tuple[bytes, bytes] | None = None
+        self.authorized: Authorized | None = None
+        if curve_secret is not None:
+            if authorized is None:
+                raise MeshantError("--curve-secret needs --authorized DIR: the folder of "
+                                   "public keys allowed to connect")
+            self.curve = load_secret(curve_secret)
+            self.authorized = Authorized(authorized)
+        elif authorized is not None:
+            raise MeshantError("--authorized needs --curve-secret FILE: the queen's own key")
+        self.peer_hwm = peer_hwm
+        self.submit_rate = submit_rate
+        self._auth: Any = None
+        self._reload_keys = False
         self.pub_hwm = pub_hwm
         self._ctx = context or zmq.Context.instance()
         self._waker = Waker()
@@ -115,6 +140,8 @@ class Queen:
         self._error: BaseException | None = None
         self._started = 0.0
         self._later: list[tuple[Node, p.Message]] = []
+        self._key: bytes | None = None
+        self._buckets: dict[bytes, list[float]] = {}
         self._handlers: dict[str, Callable[[bytes, Node | None, p.Message, str, float], None]] = {
             "hello": self._on_hello,
             "hb": self._on_hb,
@@ -174,9 +201,13 @@ class Queen:
             for s in (router, pub):
                 s.setsockopt(zmq.LINGER, 0)
             router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            router.setsockopt(zmq.MAXMSGSIZE, self.max_message)
-            router.setsockopt(zmq.RCVHWM, 100_000)
-            router.setsockopt(zmq.SNDHWM, 100_000)
+            # A little over the protocol's own limit: a frame just too large gets a
+            # "too-large" answer; one far too large never gets past libzmq (the
+            # connection is dropped), so it cannot even be buffered.
+            router.setsockopt(zmq.MAXMSGSIZE, self.max_message + 65536)
+            # Per-peer buffers: at most this many messages queue for (or from) one peer.
+            router.setsockopt(zmq.RCVHWM, self.peer_hwm)
+            router.setsockopt(zmq.SNDHWM, self.peer_hwm)
             # A peer reconnecting with an identity it had takes over the old connection.
             router.setsockopt(zmq.ROUTER_HANDOVER, 1)
             # ZMTP pings drop dead TCP peers' pipes, so nothing queues for them.
@@ -186,6 +217,10 @@ class Queen:
             # A subscriber that falls this many messages behind loses the newest ones
             # (PUB drops, never blocks): the queen's memory stays bounded.
             pub.setsockopt(zmq.SNDHWM, self.pub_hwm)
+            if self.curve is not None:
+                self._start_auth()
+                for sock in (router, pub):
+                    server_socket(sock, *self.curve)
             try:
                 router.bind(self.bind)
                 pub.bind(self.pub)
@@ -207,7 +242,53 @@ class Queen:
                 self.advertiser.close()  # unregistered: joiners see the queen go
             router.close(0)
             pub.close(0)
+            if self._auth is not None:
+                self._auth.stop()
             self._waker.close()
+
+    def _allow(self, key: bytes, now: float, rate: float) -> bool:
+        """Token bucket per peer: ``rate`` per second, bursts of up to a second's worth."""
+        burst = max(10.0, rate)
+        b = self._buckets.get(key)
+        if b is None:
+            if len(self._buckets) > 4 * self.registry.max_peers:
+                self._buckets.clear()  # bounded, whatever connects and goes
+            b = self._buckets[key] = [burst, now]
+        tokens = min(burst, b[0] + (now - b[1]) * rate)
+        b[1] = now
+        if tokens < 1.0:
+            b[0] = tokens
+            return False
+        b[0] = tokens - 1.0
+        return True
+
+    def _start_auth(self) -> None:
+        from zmq.auth.thread import ThreadAuthenticator
+
+        assert self.authorized is not None
+        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("meshant.zap"))
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=str(self.authorized.directory))
+
+    def reload_keys(self) -> None:
+        """Re-read the authorized keys (safe from any thread or a signal handler)."""
+        self._reload_keys = True
+        self._waker.wake()
+
+    def _check_keys(self, now: float) -> None:
+        auth = self.authorized
+        if auth is None or not (self._reload_keys or auth.changed()):
+            return
+        self._reload_keys = False
+        auth.reload()
+        self._auth.configure_curve(domain="*", location=str(auth.directory))
+        # A revoked key's live connections are dropped too, not just future handshakes.
+        for node in list(self.registry.by_id.values()):
+            if node.key is not None and node.key not in auth.grants:
+                self.registry.remove(node, now)
+                if node.role == "forager":
+                    self.scheduler.forager_lost(node, now, "key revoked")
+        log.info("reloaded %d authorized keys", len(auth.grants))
 
     def _start_advertising(self) -> None:
         from .discovery import Advertiser, advertise_interfaces, is_loopback
@@ -218,7 +299,8 @@ class Queen:
         ifaces = self.mdns_interfaces or advertise_interfaces(self.endpoint)
         self.advertiser = Advertiser(colony=self.colony, name=self.name, router=self.endpoint,
                                      pub=self.pub_endpoint, epoch=self.epoch,
-                                     interfaces=ifaces or None)
+                                     interfaces=ifaces or None,
+                                     curve_key=self.curve[0].decode() if self.curve else "")
 
     def _loop(self, router: zmq.Socket[Any]) -> None:
         poller = zmq.Poller()
@@ -228,10 +310,12 @@ class Queen:
         tick_every = min(0.05, self.registry.hb_interval / 4)
         next_tick = time.monotonic()
         next_beat = next_tick
+        next_keys = next_tick
         handle = self._handle
         events_of = router.getsockopt
         EVENTS, POLLIN = _zio.EVENTS, _zio.POLLIN
         recv_frames = _zio.recv_frames
+        curve = self.curve is not None
         while not self._stop.is_set():
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
@@ -242,12 +326,19 @@ class Queen:
                 for _ in range(1000):
                     if not events_of(EVENTS) & POLLIN:
                         break
-                    handle(recv_frames(router))
+                    if curve:
+                        frames, key = _zio.recv_frames_key(router)
+                        handle(frames, key)
+                    else:
+                        handle(recv_frames(router))
             if self._waker.fd in events:
                 self._waker.drain()
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + tick_every
+                if now >= next_keys:
+                    next_keys = now + 2.0
+                    self._check_keys(now)
                 for node in self.registry.expired(now):
                     if node.role == "forager":
                         sched.forager_lost(node, now, "forager went silent")
@@ -268,15 +359,17 @@ class Queen:
 
     # -- input ----------------------------------------------------------------------------
 
-    def _handle(self, frames: list[bytes]) -> None:
+    def _handle(self, frames: list[bytes], key: bytes | None = None) -> None:
         identity = frames[0]
+        self._key = key
         self.counters["messages"] += 1
         try:
             msg, codec = p.decode_any(frames[1:], max_frame=self.max_message)
         except p.ProtocolError as e:
             self.counters["protocol_errors"] += 1
             codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
-            self._error_to(identity, codec, e.code, e.message, None)
+            ref = p.binary.peek_id(frames[1:]) if codec == BINARY else None
+            self._error_to(identity, codec, e.code, e.message, ref)
             return
         node = self.registry.by_id.get(identity)
         now = time.monotonic()
@@ -293,6 +386,7 @@ class Queen:
                            f"the queen does not accept {msg.kind!r} messages", msg.id)
             return
         if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
+            self.counters["protocol_errors"] += 1
             if msg.kind == "task.result" and not msg.b.get("partial"):
                 # A forager we declared offline sends the result of an attempt we already
                 # moved on from: count it as the duplicate it is.
@@ -307,12 +401,24 @@ class Queen:
 
     def _on_hello(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                   now: float) -> None:
+        if not self._allow(b"hello:" + identity, now, HELLO_RATE):
+            self.counters["rate_limited"] += 1
+            self._error_to(identity, codec, RATE_LIMITED,
+                           f"more than {HELLO_RATE:g} hellos per second from this connection",
+                           msg.id, retry_after=1.0)
+            return
         body = msg.b
         fallback = f"{body.get('role', 'peer')}-{identity.hex()[:8]}"
         decision = p.negotiate(body, self.terms, fallback)
         if isinstance(decision, p.Refusal):
             self._error_to(identity, codec, decision.code, decision.reason, msg.id)
             return
+        if self.authorized is not None:
+            why = self.authorized.check(self._key, decision.name, decision.role)
+            if why is not None:
+                self.counters["refused_keys"] += 1
+                self._error_to(identity, codec, NOT_ALLOWED, why, msg.id)
+                return
         session = str(body.get("session", ""))
         if self.registry.name_taken(decision.name, identity, now, session):
             self.counters["protocol_errors"] += 1
@@ -332,7 +438,7 @@ class Queen:
                    slots=decision.slots, tools=frozenset(decision.tools),
                    labels=decision.labels, host=str(body.get("host", "")),
                    pid=int(body.get("pid", 0)), version=decision.version,
-                   features=frozenset(decision.features), session=session)
+                   features=frozenset(decision.features), session=session, key=self._key)
         # The same peer again: on this connection, or reconnected on a fresh one.
         previous = node
         if previous is None:
@@ -380,6 +486,12 @@ class Queen:
             self._error_to(identity, JSON, NAME_TAKEN,
                            f"the name {name!r} is held by a live peer", msg.id)
             return
+        if self.authorized is not None:
+            why = self.authorized.check(self._key, name, "forager")
+            if why is not None:
+                self.counters["refused_keys"] += 1
+                self._error_to(identity, JSON, NOT_ALLOWED, why, msg.id)
+                return
         slots = body.get("slots", 1)
         tools = body.get("tools", [])
         if not isinstance(slots, int) or slots < 1 or not all(isinstance(t, str) for t in tools):
@@ -387,6 +499,7 @@ class Queen:
                            "hb body needs slots >= 1 and a list of tool names", msg.id)
             return
         new = Node(name=name, identity=identity, role="forager", codec=JSON, slots=slots,
+                   key=self._key,
                    tools=frozenset(tools), labels=dict(body.get("labels") or {}),
                    version=msg.v)
         # 1.1 peers beat every 10 s; give them the same number of misses at that pace.
@@ -397,6 +510,12 @@ class Queen:
     def _on_submit(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                    now: float) -> None:
         assert node is not None
+        if not self._allow(identity, now, self.submit_rate):
+            self.counters["rate_limited"] += 1
+            self._error_to(identity, codec, RATE_LIMITED,
+                           f"more than {self.submit_rate:g} submissions per second from this "
+                           "peer: slow down", msg.id, retry_after=round(1 / self.submit_rate, 3))
+            return
         body = msg.b
         priority = body.get("priority", 50)
         max_attempts = body.get("max_attempts", 3)

@@ -46,6 +46,7 @@ class Node:
     load: float | None = None
     timeout: float = 0.0
     session: str = ""
+    key: bytes | None = None
 
     @property
     def free(self) -> int:

@@ -197,6 +197,21 @@ def decode(
     return msg
 
 
+def peek_id(frames: Sequence[Any]) -> str | None:
+    """The message id, if the header and envelope can be read: lets an error about an
+    otherwise unreadable message (say, one too large) name the message it answers."""
+    try:
+        f0 = frames[0]
+        if len(f0) < HEADER_SIZE or bytes(f0[:2]) != MAGIC:
+            return None
+        env_len = HEADER.unpack_from(f0)[5]
+        env = _unpackb(bytes(f0[HEADER_SIZE:HEADER_SIZE + env_len]))
+        mid = env.get("id") if isinstance(env, dict) else None
+        return mid if isinstance(mid, str) and 0 < len(mid) <= 200 else None
+    except Exception:
+        return None
+
+
 def _bad(what: str, e: Exception) -> str:
     return f"{what} is not valid msgpack ({type(e).__name__}: {e})"
 
