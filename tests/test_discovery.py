@@ -129,3 +129,26 @@ def test_forager_follows_a_queen_restarted_on_another_port(netns: Netns) -> None
     assert q2["router"] != q1["router"]
     wait_for(lambda: [x["name"] for x in netns.status(q2["router"])["foragers"]] == ["loyal"],
              timeout=30, what="the forager to follow the queen to its new port")
+
+
+def test_pinned_queen_key_refuses_a_rogue_queen(netns: Netns, tmp_path: Any) -> None:
+    import shutil
+
+    from meshant.security import generate
+
+    keys, auth = tmp_path / "keys", tmp_path / "auth"
+    auth.mkdir()
+    _, qsec = generate(keys, "queen")
+    real_pub, _ = generate(keys, "real-queen")  # the key this forager trusts
+    fpub, fsec = generate(keys, "f", ("forager",))
+    shutil.copy(fpub, auth)
+    netns.queen("ants", "--curve-secret", str(qsec), "--authorized", str(auth))
+    p, _ = netns.start("forager", "--discover", "--colony", "ants", "--name", "f",
+                       "--curve-secret", str(fsec), "--queen-key", str(real_pub), "--json",
+                       ready=False)
+    assert p.wait(30) == 1
+    assert p.stderr is not None and "refusing the queen" in p.stderr.read()
+    # With no pinned key, the advertised one is used, and the forager joins.
+    _, info = netns.start("forager", "--discover", "--colony", "ants", "--name", "f",
+                          "--curve-secret", str(fsec), "--json")
+    assert info["name"] == "f"
