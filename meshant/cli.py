@@ -148,7 +148,10 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
                   max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    if curve_secret is None and not (is_loopback(bind) or bind.startswith(("ipc:", "inproc:"))):
+    if curve_secret is None and is_loopback(bind):
+        click.echo("meshant queen: no CURVE keys, so listening on loopback only (other "
+                   "machines cannot join); see --curve-secret and docs/security.md", err=True)
+    elif curve_secret is None and not bind.startswith(("ipc:", "inproc:")):
         click.echo(f"warning: {bind} is reachable beyond this machine and CURVE is off: "
                    "anyone who can connect can join, read broadcasts and submit work. Use "
                    "--curve-secret/--authorized (see docs/security.md).", err=True)

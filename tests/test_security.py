@@ -198,6 +198,24 @@ def test_each_limit_answers_with_its_code(colony: Colony) -> None:
     with pytest.raises(ValueError, match="invalid name"):
         Client(colony.endpoint, name="bad name", context=colony.ctx)
     assert q.counters["rate_limited"] >= 1
+    # The same rules hold at the queen for a peer that skips the client library's checks.
+    raw = colony.ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(colony.endpoint)
+
+    def ask(kind: str, body: dict[str, Any], **env: Any) -> str:
+        raw.send_multipart(binary.encode(Message(kind, body, **env)))
+        assert raw.poll(5000), f"no answer to {kind}"
+        reply = binary.decode(raw.recv_multipart())
+        return str(reply.b.get("code", reply.kind))
+
+    assert ask("hello", {"role": "client", "versions": [2], "name": "no spaces"}) == "bad-name"
+    c.close()  # make room under --max-peers
+    time.sleep(0.2)
+    assert ask("hello", {"role": "client", "versions": [2], "name": "raw"}) == "welcome"
+    assert ask("broadcast", {"topic": "bad topic", "data": 1}, frm="raw") == "bad-topic"
+    assert ask("note", {"text": "two\nlines"}, frm="raw", to="raw") == "bad-value"
+    raw.close(0)
 
 
 def _hostile(rng: random.Random, valid: list[list[bytes]]) -> list[bytes]:
