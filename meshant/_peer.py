@@ -386,13 +386,17 @@ class Peer:
         except Exception:
             log.exception("%s %s: I/O thread failed", self.role, self.name)
         finally:
-            self._io_closing()
-            self._close_sockets()
-            self._waker.close()
-            if self._follower is not None:
-                self._follower.close()
-            self._stopped.set()
+            self._teardown()
             self._welcomed.set()  # nobody waits forever for a welcome that cannot come
+
+    def _teardown(self) -> None:
+        """Say goodbye, close the sockets, the waker and discovery (in the owning thread)."""
+        self._io_closing()
+        self._close_sockets()
+        self._waker.close()
+        if self._follower is not None:
+            self._follower.close()
+        self._stopped.set()
 
     def _io_closing(self) -> None:
         if self._welcomed.is_set() and self._refusal is None and self._sock is not None:

@@ -188,14 +188,8 @@ class Client(Peer):
             self._turn(dict(poll(max(0.0, wait) * 1000)))
 
     def _close_direct(self) -> None:
-        if self._stopped.is_set():
-            return
-        self._io_closing()
-        self._close_sockets()
-        self._waker.close()
-        if self._follower is not None:
-            self._follower.close()
-        self._stopped.set()
+        if not self._stopped.is_set():
+            self._teardown()
 
     def send_message(self, msg: p.Message) -> None:
         if self.threaded:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,17 @@ def colony(ctx: zmq.Context[Any]) -> Iterator[Colony]:
     col = Colony(ctx)
     yield col
     col.close()
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``pred`` until it is truthy (returned) or fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Colony:

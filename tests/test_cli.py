@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from meshant import Client
 
-from .conftest import Procs
+from .conftest import Procs, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,15 +24,6 @@ def meshant(*args: str, input: str | None = None, timeout: float = 60,
                           text=True, input=input, timeout=timeout,
                           env={**os.environ, **(env or {})})
 
-
-def wait_for(pred: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_help_and_version() -> None:

@@ -13,13 +13,14 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from meshant import _procs
+
+from .conftest import wait_for
 
 HB = ("--hb-interval", "0.2", "--hb-misses", "5")
 
@@ -76,15 +77,6 @@ def netns() -> Iterator[Netns]:
         _procs.stop(ns.procs)
         subprocess.run(["ip", "netns", "del", name], timeout=10)
 
-
-def wait_for(pred: Any, timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_discovered_queen_is_listed_joined_and_used(netns: Netns) -> None:

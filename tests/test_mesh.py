@@ -11,16 +11,7 @@ import pytest
 from meshant import MeshantError
 from meshant.builtin import BUILTINS
 
-from .conftest import Colony
-
-
-def wait_for(pred: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+from .conftest import Colony, wait_for
 
 
 def test_broadcast_to_20_foragers_once_each_with_prefix_filtering(colony: Colony) -> None:
