@@ -98,8 +98,9 @@ class _Endpoints:
 class MeshTopology:
     """A queen and ``n`` echo foragers; processes for tcp/ipc, threads for inproc."""
 
-    def __init__(self, transport: str, foragers: int = 1, slots: int = 1) -> None:
-        """``foragers=0``: just the queen."""
+    def __init__(self, transport: str, foragers: int = 1, slots: int = 1,
+                 journal: str | None = None) -> None:
+        """``foragers=0``: just the queen; ``journal``: the queen journals to that file."""
         self.transport = transport
         self.eps = _Endpoints(transport)
         self.procs: list[subprocess.Popen[str]] = []
@@ -120,7 +121,7 @@ class MeshTopology:
                 self.inproc.append(f.start())
         else:
             q = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
-                              "--json"])
+                              "--json", *(["--journal", journal] if journal else [])])
             self.procs.append(q)
             self.endpoint = _procs.read_json_line(q, 20)["router"]
             fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
@@ -308,13 +309,14 @@ PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
 
 
 def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
-                  label: str = "", rounds: int = 10, threaded: bool = False) -> list[Row]:
+                  label: str = "", rounds: int = 10, threaded: bool = False,
+                  journal: str | None = None) -> list[Row]:
     """Sequential round trip percentiles, one forager/worker.
 
     Both topologies run side by side and take turns in ``rounds`` slices, so drifts in
     machine load fall on both alike.
     """
-    mesh = MeshTopology(transport, foragers=1, slots=1)
+    mesh = MeshTopology(transport, foragers=1, slots=1, journal=journal)
     raw = RawTopology(transport, workers=1)
     try:
         with mesh.client(threaded) as c:
@@ -339,9 +341,11 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
             for k in ("p50", "p90", "p99", "p99.9", "max")]
 
 
-def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int = 3) -> list[Row]:
+def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int = 3,
+                  journal: str | None = None, label: str = "") -> list[Row]:
     """Throughput with ``window`` tasks in flight; the best of ``rounds`` alternating runs."""
-    mesh = MeshTopology(transport, foragers=foragers, slots=max(1, sizes.window // foragers))
+    mesh = MeshTopology(transport, foragers=foragers, slots=max(1, sizes.window // foragers),
+                        journal=journal)
     raw = RawTopology(transport, workers=foragers)
     try:
         with mesh.client(threaded=True) as c:
@@ -359,8 +363,20 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
     finally:
         mesh.close()
         raw.close()
-    return [Row(f"pipelined, {transport}, {foragers} forager(s), window {sizes.window}",
+    return [Row(f"pipelined, {transport}, {foragers} forager(s), window {sizes.window}{label}",
                 "throughput", "tasks/s", m, r, higher_is_better=True)]
+
+
+def run_journal(sizes: Sizes) -> list[Row]:
+    """Round trip and throughput with the journal off and on (a file), side by side."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="meshant-journal-") as d:
+        for label, path in ((", journal off", None), (", journal on", f"{d}/a.db")):
+            rows += [r for r in run_roundtrip("tcp", sizes, label=label, journal=path)
+                     if r.metric in ("p50", "p99")]
+        for label, path in ((", journal off", None), (", journal on", f"{d}/b.db")):
+            rows += run_pipelined("tcp", sizes, 1, journal=path, label=label)
+    return rows
 
 
 def _fanout_once(pub_send: Callable[[int], None], subs: list[zmq.Socket[Any]],
@@ -521,6 +537,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                      lambda z: run_fanout(z, 50)),
     "heartbeats": ("the queen's CPU with 100 and 1000 idle foragers heartbeating",
                    run_heartbeat_cost),
+    "journal": ("round trip and throughput with the queen's journal off and on",
+                run_journal),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -127,13 +128,18 @@ def _stop_on_signals(stop: Any) -> None:
               help="Messages queued per peer, each way, before sends to it are dropped.")
 @click.option("--submit-rate", type=click.FloatRange(0.1), default=10_000.0,
               show_default=True, help="Submissions per second per peer ('rate-limited').")
+@click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
+              help="Journal tasks to this SQLite file: restarted on it, the queen loses no "
+                   "task. (Not given: a volatile queen.)")
+@click.option("--retention", type=float, default=86_400.0, show_default=True,
+              help="Seconds finished tasks stay in the journal.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          as_json: bool) -> None:
+          journal: str | None, retention: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from .discovery import is_loopback
     from .queen import Queen
@@ -145,7 +151,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
                   mem_max_keys=mem_max_keys, mem_max_value=mem_max_value, colony=colony,
                   advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
                   curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,
-                  max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate)
+                  max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate,
+                  journal=journal, retention=retention)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if curve_secret is None and is_loopback(bind):
@@ -612,6 +619,98 @@ def keys_generate(directory: str, name: str, roles: tuple[str, ...],
 
     pub_file, sec_file = generate(directory, name, roles or ("client",), names)
     click.echo(f"public key: {pub_file}\nsecret key: {sec_file}")
+
+
+JOURNAL_OPT = click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
+                           default="meshant-queen.db", show_default=True,
+                           help="The queen's journal file (read-only here).")
+
+
+def _open_journal(path: str) -> Any:
+    from .journal import Journal, JournalError
+
+    if not os.path.exists(path):
+        raise click.ClickException(f"no journal at {path} (give --journal PATH)")
+    try:
+        return Journal(path)
+    except JournalError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command()
+@JOURNAL_OPT
+@click.option("--state", help="Only tasks in this state (queued, assigned, completed, ...).")
+@click.option("--capability", help="Only tasks of this capability.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@JSON_OPT
+def tasks(journal: str, state: str | None, capability: str | None, limit: int,
+          as_json: bool) -> None:
+    """List journaled tasks, newest first."""
+    j = _open_journal(journal)
+    try:
+        rows = j.tasks(state, capability, limit)
+    finally:
+        j.close()
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps({k: r[k] for k in ("id", "capability", "state", "attempt",
+                                                     "forager", "client_name", "priority",
+                                                     "created", "updated")}))
+        else:
+            click.echo(f"{r['id']:24} {r['state']:10} {r['capability']:16} attempt "
+                       f"{r['attempt']}  {r['forager'] or '-'}")
+
+
+@main.command()
+@JOURNAL_OPT
+@click.argument("task_id")
+@click.option("--verify", is_flag=True, help="Check the task's history hash chain.")
+@JSON_OPT
+def task(journal: str, task_id: str, verify: bool, as_json: bool) -> None:
+    """One task's whole history as a timeline."""
+    j = _open_journal(journal)
+    try:
+        t = j.task(task_id)
+        problems = j.verify(task_id) if verify else []
+    finally:
+        j.close()
+    if t is None:
+        raise click.ClickException(f"no task {task_id!r} in {journal}")
+    if as_json:
+        click.echo(json.dumps({"id": t["id"], "state": t["state"], "events": t["events"],
+                               "final": t["final"], "problems": problems},
+                              default=_jsonable))
+    else:
+        click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}")
+        t0 = t["events"][0]["ts"] if t["events"] else 0.0
+        for e in t["events"]:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
+            click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} {e['why']}")
+        if verify:
+            click.echo("  history intact" if not problems else "\n".join(
+                f"  TAMPERED: {x}" for x in problems))
+    if problems:
+        sys.exit(1)
+
+
+@main.group("journal")
+def journal_group() -> None:
+    """Look after the queen's journal."""
+
+
+@journal_group.command("verify")
+@JOURNAL_OPT
+def journal_verify(journal: str) -> None:
+    """Check every task's history hash chain; exit 1 if anything was altered or removed."""
+    j = _open_journal(journal)
+    try:
+        problems = j.verify()
+    finally:
+        j.close()
+    for x in problems:
+        click.echo(x)
+    click.echo(f"{len(problems)} problem(s) in {journal}", err=True)
+    sys.exit(1 if problems else 0)
 
 
 @main.command("discover")

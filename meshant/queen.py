@@ -23,6 +23,7 @@ from . import protocol as p
 from ._peer import HB_TOPIC, MEM_TOPIC, valid_topic
 from ._waker import Waker
 from .errors import MeshantError
+from .journal import Journal, JournalError
 from .memory import MemoryError_, MemoryStore
 from .protocol.codec import BINARY, JSON
 from .registry import ACTIVE, DRAINING, Node, Registry
@@ -90,6 +91,9 @@ class Queen:
         authorized: str | None = None,
         peer_hwm: int = 100_000,
         submit_rate: float = 10_000.0,
+        journal: str | None = None,
+        retention: float = 86_400.0,
+        retention_count: int = 100_000,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.bind = bind
@@ -131,6 +135,19 @@ class Queen:
         self.submit_rate = submit_rate
         self._auth: Any = None
         self._reload_keys = False
+        # The journal: opened (and checked) here, so a bad file fails before any bind.
+        self.journal: Journal | None = None
+        self.restored = 0
+        self.retention = retention
+        self.retention_count = retention_count
+        if journal is not None and journal != ":memory:":
+            try:
+                self.journal = Journal(journal)
+            except JournalError as e:
+                raise MeshantError(str(e), code="bad-journal") from None
+            self.restored = self.scheduler.restore(
+                self.journal.unfinished(), time.monotonic(), time.time(),
+                grace=self.registry.timeout * 2)
         self.pub_hwm = pub_hwm
         self._ctx = context or zmq.Context.instance()
         self._waker = Waker()
@@ -140,6 +157,7 @@ class Queen:
         self._error: BaseException | None = None
         self._started = 0.0
         self._later: list[tuple[Node, p.Message]] = []
+        self._next_prune = 0.0
         self._key: bytes | None = None
         self._buckets: dict[bytes, list[float]] = {}
         self._handlers: dict[str, Callable[[bytes, Node | None, p.Message, str, float], None]] = {
@@ -244,6 +262,8 @@ class Queen:
             pub.close(0)
             if self._auth is not None:
                 self._auth.stop()
+            if self.journal is not None:
+                self.journal.close()
             self._waker.close()
 
     def _allow(self, key: bytes, now: float, rate: float) -> bool:
@@ -339,6 +359,9 @@ class Queen:
                 if now >= next_keys:
                     next_keys = now + 2.0
                     self._check_keys(now)
+                    if self.journal is not None and now >= self._next_prune:
+                        self._next_prune = now + 60.0
+                        self.journal.prune(time.time() - self.retention, self.retention_count)
                 for node in self.registry.expired(now):
                     if node.role == "forager":
                         sched.forager_lost(node, now, "forager went silent")
@@ -350,6 +373,12 @@ class Queen:
                 self._beat()
             if sched.dirty:
                 sched.dispatch(now)
+            if sched.changed and self.journal is not None:
+                # Durable before anything about it leaves: one transaction per turn.
+                self.journal.record(sched.changed.values(), time.time() - time.monotonic())
+                sched.changed.clear()
+            elif sched.changed:
+                sched.changed.clear()
             if sched.out:
                 self._flush()
             if self._later:
@@ -448,9 +477,11 @@ class Queen:
                 self.registry.remove(held, now)
         self.registry.add(new, now)
         if decision.role == "forager":
+            running = list(body.get("running", []))
             if previous is not None and previous.role == "forager":
-                self.scheduler.forager_rejoined(previous, new, list(body.get("running", [])),
-                                                now)
+                self.scheduler.forager_rejoined(previous, new, running, now)
+            if self.scheduler.held:
+                self.scheduler.adopt(new, running, now)
             self.scheduler.forager_joined(new)
         elif previous is not None and previous.identity != identity:
             self.scheduler.client_moved(previous.identity, identity)

@@ -82,6 +82,8 @@ class Task:
     history: list[tuple[float, str, str]] = field(default_factory=list)
     final: dict[str, Any] | None = None
     waiting: bool = False
+    logged: int = 0  # history entries already journaled
+    restored: bool = False
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -129,6 +131,11 @@ class Scheduler:
         self._order = itertools.count()
         self._timer_n = itertools.count()
         self.dirty = False
+        # Tasks changed since the journal last looked (it drains this once per turn).
+        self.changed: dict[str, Task] = {}
+        # Attempts a restarted queen found in its journal: kept for the foragers' hellos
+        # to adopt, reissued when their grace period ends.
+        self.held: dict[str, Attempt] = {}
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
@@ -137,6 +144,7 @@ class Scheduler:
             raise RuntimeError(f"illegal task transition {task.state} -> {state} ({task.id})")
         task.state = state
         task.history.append((now, state, why))
+        self.changed[task.id] = task
 
     def _enqueue(self, task: Task, now: float | None = None) -> None:
         heapq.heappush(self.queues.setdefault(task.capability, []),
@@ -197,6 +205,7 @@ class Scheduler:
         task.order = next(self._order)
         task.submitted = now
         task.history.append((now, QUEUED, "submitted"))
+        self.changed[task.id] = task
         self.tasks[task.id] = task
         self.counters["submitted"] += 1
         if task.timeout is not None:
@@ -368,8 +377,62 @@ class Scheduler:
         self._move(task, QUEUED, now, why)
         self._enqueue(task, now)
 
+    def restore(self, rows: list[dict[str, Any]], now: float, wall_now: float,
+                grace: float) -> int:
+        """Take back a journal's tasks after a restart; returns how many are unfinished."""
+        unfinished = 0
+        for r in rows:
+            task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
+                        client_name=r["client_name"], priority=r["priority"],
+                        timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
+                        max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
+                        attempt=r["attempt"], tries=r["tries"], restored=True)
+            task.order = next(self._order)
+            task.submitted = now - max(0.0, wall_now - r["created"])
+            if r["final"] is not None:
+                task.final = r["final"]
+                self.done[task.id] = task
+                continue
+            unfinished += 1
+            self.tasks[task.id] = task
+            if task.timeout is not None:
+                task.deadline = task.submitted + task.timeout
+                self._timer(task.deadline, task, "deadline")
+            if task.state == QUEUED:
+                self._enqueue(task, now)
+                continue
+            # Assigned before the restart: perhaps still running on its forager.
+            ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",
+                         state="offline")
+            att = Attempt(f"{task.id}.{task.attempt}", task, ghost, task.attempt, now + grace)
+            task.current = att
+            self.attempts[att.id] = att
+            self.held[att.id] = att
+        self.dirty = True
+        return unfinished
+
+    def adopt(self, node: Node, refs: list[Any], now: float) -> int:
+        """A forager's hello lists what it runs: take back the held attempts it names."""
+        n = 0
+        for ref in refs:
+            att = self.held.get(ref) if isinstance(ref, str) else None
+            if att is None or att.node.name != node.name or len(node.in_flight) >= node.slots:
+                continue
+            del self.held[ref]
+            att.node = node
+            att.lease = now + self.assign_timeout
+            node.in_flight[ref] = att
+            n += 1
+        return n
+
     def tick(self, now: float) -> None:
         """Expire leases, enforce deadlines and the wait for a capable forager."""
+        for ref, att in list(self.held.items()):
+            if att.lease <= now:
+                del self.held[ref]
+                if att.live and att.task.current is att:
+                    self._reissue(att.task, now, "not reported by its forager after the "
+                                  "queen restarted", avoid=False)
         for node in self.registry.foragers():
             for att in list(node.in_flight.values()):
                 if att.lease <= now:

@@ -1,0 +1,97 @@
+"""The journal: a queen killed at any moment and restarted on it loses nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from meshant import Client, MeshantError, Queen
+
+from .conftest import Procs, wait_for
+from .test_cli import meshant
+
+HB = ("--hb-interval", "0.2", "--hb-misses", "5")
+
+
+def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    before = junk.read_bytes()
+    with pytest.raises(MeshantError) as info:
+        Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=str(junk))
+    assert info.value.code == "bad-journal" and "left as it is" in str(info.value)
+    assert junk.read_bytes() == before
+    foreign = tmp_path / "foreign.db"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE important (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(MeshantError, match="not a meshant journal"):
+        Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=str(foreign))
+    r = meshant("queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
+                "--journal", str(foreign))
+    assert r.returncode == 1 and "not a meshant journal" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
+                                                                    tmp_path: Path) -> None:
+    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
+    journal = str(tmp_path / "queen.db")
+    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
+    queen, _ = procs.start(*qargs)
+    for i in range(3):
+        procs.forager(router, "--name", f"f{i}", "--slots", "4")
+    n = 1500
+    with Client(router, queen_wait=60) as c:
+        futs = [c.submit("sleep", {"seconds": 0.002, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 100, what="work under way")
+        done_before = c.status()["counters"]["completed"]
+        queen.send_signal(signal.SIGKILL)  # mid-stream: queued, running and done tasks
+        assert done_before < n - 100
+        queen.wait(10)
+        procs.start(*qargs)
+        results = [f.result(90) for f in futs]
+    assert [r["n"] for r in results] == list(range(n))  # each task's one result, in full
+    r = meshant("tasks", "--journal", journal, "--limit", str(n + 10), "--json")
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(rows) == n and {x["state"] for x in rows} == {"completed"}
+    r = meshant("journal", "verify", "--journal", journal)
+    assert r.returncode == 0, r.stdout
+
+
+def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path) -> None:
+    journal = str(tmp_path / "q.db")
+    _, ep = procs.queen("--journal", journal)
+    procs.forager(ep)
+    with Client(ep) as c:
+        fut = c.submit("echo", {"x": 1})
+        assert fut.result(10) == {"x": 1}
+    time.sleep(0.3)
+    r = meshant("task", fut.task_id, "--journal", journal, "--verify")
+    assert r.returncode == 0, r.stderr
+    for state in ("queued", "assigned", "completed"):
+        assert state in r.stdout
+    assert "history intact" in r.stdout
+    db = sqlite3.connect(journal)
+    db.execute("UPDATE events SET why='nothing to see' WHERE task_id=? AND seq=2",
+               (fut.task_id,))
+    db.commit()
+    db.close()
+    r = meshant("task", fut.task_id, "--journal", journal, "--verify")
+    assert r.returncode == 1 and "TAMPERED" in r.stdout and "entry 2" in r.stdout
+    r = meshant("journal", "verify", "--journal", journal)
+    assert r.returncode == 1 and "altered" in r.stdout
+    db = sqlite3.connect(journal)
+    db.execute("DELETE FROM events WHERE task_id=? AND seq=3", (fut.task_id,))
+    db.commit()
+    db.close()
+    r = meshant("journal", "verify", "--journal", journal)
+    assert "missing" in r.stdout
+
+
