@@ -121,7 +121,7 @@ class MeshTopology:
                 self.inproc.append(f.start())
         else:
             q = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
-                              "--json", *(["--journal", journal] if journal else [])])
+                              "--json", "--journal", journal or ":memory:"])
             self.procs.append(q)
             self.endpoint = _procs.read_json_line(q, 20)["router"]
             fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
@@ -482,7 +482,7 @@ def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> li
     seconds = 2.0 if sizes.seq < 1000 else 5.0
     for n in peers:
         q = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
-                          "--json", "--hb-interval", "1.0"])
+                          "--json", "--hb-interval", "1.0", "--journal", ":memory:"])
         try:
             ep = _procs.read_json_line(q, 20)["router"]
             sim = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "hbsim", ep, str(n)],

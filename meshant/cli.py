@@ -96,8 +96,9 @@ def _stop_on_signals(stop: Any) -> None:
               help="Heartbeat interval in seconds, for the queen and its peers.")
 @click.option("--hb-misses", type=int, default=5, show_default=True,
               help="Missed heartbeats before a peer is declared offline.")
-@click.option("--max-queue", type=int, default=100_000, show_default=True,
-              help="Queued tasks allowed before submissions get 'queue full'.")
+@click.option("--max-queued", "--max-queue", "max_queue", type=click.IntRange(1),
+              default=100_000, show_default=True,
+              help="Queued tasks allowed before submissions get 'queue full' at once.")
 @click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
               help="Seconds a task waits for a forager offering its capability before failing.")
 @click.option("--pub-hwm", type=click.IntRange(1), default=10_000, show_default=True,
@@ -129,8 +130,9 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--submit-rate", type=click.FloatRange(0.1), default=10_000.0,
               show_default=True, help="Submissions per second per peer ('rate-limited').")
 @click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
+              default="meshant-queen.db", show_default=True, show_envvar=True,
               help="Journal tasks to this SQLite file: restarted on it, the queen loses no "
-                   "task. (Not given: a volatile queen.)")
+                   "task. ':memory:' for a volatile queen.")
 @click.option("--retention", type=float, default=86_400.0, show_default=True,
               help="Seconds finished tasks stay in the journal.")
 @JSON_OPT
@@ -632,7 +634,7 @@ def _open_journal(path: str) -> Any:
     if not os.path.exists(path):
         raise click.ClickException(f"no journal at {path} (give --journal PATH)")
     try:
-        return Journal(path)
+        return Journal(path, readonly=True)
     except JournalError as e:
         raise click.ClickException(str(e)) from None
 

@@ -273,6 +273,7 @@ class Client(Peer):
         max_attempts: int | None = None,
         wait: float | None = None,
         ack: bool = False,
+        key: str | None = None,
     ) -> TaskFuture:
         """Submit a task; the future resolves to its result or raises a MeshantError.
 
@@ -281,7 +282,9 @@ class Client(Peer):
         the queen waits for a forager offering ``capability`` before failing with
         :class:`~meshant.errors.NoForager`. ``ack=True`` asks the queen to confirm the
         submission (``TaskFuture.acknowledged``); errors such as a full queue are always
-        reported.
+        reported. ``key`` is an idempotency key: submitting the same key again (from any
+        client, also after a queen restart on its journal) does not run the task again
+        but gets the first submission's result.
         """
         if self._stopped.is_set():
             raise MeshantError("the client is closed", code="closed")
@@ -303,6 +306,8 @@ class Client(Peer):
             body["wait"] = w
         if ack:
             body["ack"] = True
+        if key is not None:
+            body["key"] = key
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         fut = TaskFuture(msg.id, msg, self._pump)
         self._tasks[msg.id] = fut

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -27,11 +29,15 @@ def run_demo(foragers: int = 3, tasks: int = 300, as_json: bool = False) -> bool
     procs: list[Any] = []
     client: Client | None = None
     report: dict[str, Any] = {"ok": False}
+    journal_dir = ""
     t_start = time.monotonic()
     try:
+        # The demo's queen journals like any other, to a file of its own it removes after.
+        journal_dir = tempfile.mkdtemp(prefix="meshant-demo-")
         queen = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub",
                               "tcp://127.0.0.1:0", "--json", "--assign-timeout", "10",
-                              "--hb-interval", "0.25", "--hb-misses", "4"])
+                              "--hb-interval", "0.25", "--hb-misses", "4",
+                              "--journal", os.path.join(journal_dir, "demo-queen.db")])
         procs.append(queen)
         ready = _procs.read_json_line(queen, 20)
         endpoint = ready["router"]
@@ -57,6 +63,8 @@ def run_demo(foragers: int = 3, tasks: int = 300, as_json: bool = False) -> bool
         if client is not None:
             client.close()
         _procs.stop(procs)
+        if journal_dir:
+            shutil.rmtree(journal_dir, ignore_errors=True)
     report["seconds"] = round(time.monotonic() - t_start, 3)
     if as_json:
         click.echo(json.dumps(report))

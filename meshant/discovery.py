@@ -68,9 +68,11 @@ def _endpoint_port(endpoint: str) -> int:
 
 def advertise_interfaces(bind_endpoint: str) -> list[str]:
     """Where to speak mDNS for a queen bound there: its own interface; loopback for
-    loopback; every IPv4 interface for a wildcard bind."""
+    loopback; every IPv4 interface only for an explicit wildcard bind."""
+    if not bind_endpoint.startswith("tcp://"):
+        raise ValueError(f"cannot advertise {bind_endpoint}: only tcp:// endpoints")
     host = _endpoint_host(bind_endpoint)
-    if host in ("*", "0.0.0.0", ""):
+    if host in ("*", "0.0.0.0"):
         return []  # all interfaces
     return [host]
 

@@ -8,7 +8,9 @@ event's hash and its own fields, so an altered or removed entry shows in ``verif
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -42,8 +44,10 @@ CREATE TABLE tasks (
     forager TEXT,
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    final BLOB
+    final BLOB,
+    idem_key TEXT
 );
+CREATE INDEX tasks_key ON tasks (idem_key);
 CREATE INDEX tasks_state ON tasks (state);
 CREATE TABLE events (
     task_id TEXT NOT NULL,
@@ -85,23 +89,56 @@ def chain(prev: str, task_id: str, seq: int, ts: float, state: str, why: str) ->
 class Journal:
     """One SQLite file. Not thread-safe: the queen's I/O thread owns it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        """Open (or create) a journal. ``readonly``: for inspecting one a queen may be
+        using (no lock taken, nothing written)."""
         self.path = str(path)
         existed = self.path != ":memory:" and Path(self.path).exists() and (
             Path(self.path).stat().st_size > 0)
+        self._lock_fd: int | None = None
+        self._last: dict[str, tuple[int, str]] = {}
+        if self.path != ":memory:" and not readonly:
+            self._lock()
         try:
-            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            # WAL + NORMAL: a killed process loses nothing committed; no fsync per commit.
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            if existed:
+            if readonly:
+                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                          isolation_level=None, check_same_thread=False)
+            else:
+                self.db = sqlite3.connect(self.path, isolation_level=None,
+                                          check_same_thread=False)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                # WAL + NORMAL: a killed process loses nothing committed; no fsync per
+                # commit (only at checkpoints).
+                self.db.execute("PRAGMA synchronous=NORMAL")
+            if existed or readonly:
                 self._check()
             else:
                 self._create()
         except sqlite3.DatabaseError as e:
+            self._unlock()
             raise JournalError(f"{self.path} is not a usable meshant journal ({e}); it was "
                                "left as it is: move it away or give another --journal") from None
-        self._last: dict[str, tuple[int, str]] = {}
+        except JournalError:
+            self.db.close()
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def _lock(self) -> None:
+        # One queen per journal: a second one would reissue the first one's tasks.
+        # flock is separate from the POSIX locks SQLite itself takes on the file.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise JournalError(f"{self.path} is in use by another queen (one queen per "
+                               "journal)") from None
+        self._lock_fd = fd
 
     def _create(self) -> None:
         self.db.executescript(_SCHEMA)
@@ -137,7 +174,7 @@ class Journal:
                          t.attempt, t.tries,
                          t.current.node.name if t.current is not None else None,
                          t.submitted + to_wall, time.time(),
-                         _pack(t.final) if t.final is not None else None))
+                         _pack(t.final) if t.final is not None else None, t.key))
             seq, prev = self._last.get(t.id, (0, ""))
             if seq == 0 and t.logged == 0 and t.restored:
                 seq, prev = self._tail(t.id)
@@ -157,7 +194,7 @@ class Journal:
         db.execute("BEGIN")
         try:
             db.executemany("INSERT OR REPLACE INTO tasks VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?)", events)
             db.execute("COMMIT")
         except BaseException:
@@ -186,12 +223,13 @@ class Journal:
 
     def close(self) -> None:
         self.db.close()
+        self._unlock()
 
     # -- reading ------------------------------------------------------------------------
 
     _COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
              "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
-             "created", "updated", "final")
+             "created", "updated", "final", "idem_key")
 
     def _row(self, r: tuple[Any, ...]) -> dict[str, Any]:
         d = dict(zip(self._COLS, r, strict=True))

@@ -112,7 +112,8 @@ class Queen:
         self.pub_endpoint = ""
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
-                                         "refused_keys": 0, "rate_limited": 0}
+                                         "refused_keys": 0, "rate_limited": 0,
+                                         "idempotent_hits": 0}
         self.memory = MemoryStore(mem_max_keys, mem_max_value)
         self.colony = colony
         # Advertise by default only where others could join: not on loopback.
@@ -313,8 +314,16 @@ class Queen:
     def _start_advertising(self) -> None:
         from .discovery import Advertiser, advertise_interfaces, is_loopback
 
-        on = self.advertise if self.advertise is not None else not is_loopback(self.endpoint)
+        tcp = self.endpoint.startswith("tcp://")
+        on = self.advertise if self.advertise is not None else (
+            tcp and not is_loopback(self.endpoint))
         if not on:
+            return
+        if not tcp:
+            # ipc:// and inproc:// queens are reachable from this host only: nothing to
+            # tell the network (and no interface to say it on).
+            log.warning("not advertising %s: mDNS discovery needs a tcp:// endpoint",
+                        self.endpoint)
             return
         ifaces = self.mdns_interfaces or advertise_interfaces(self.endpoint)
         self.advertiser = Advertiser(colony=self.colony, name=self.name, router=self.endpoint,
@@ -560,10 +569,19 @@ class Queen:
             self._error_to(identity, codec, "bad-value", "timeout must be > 0 and wait >= 0",
                            msg.id)
             return
+        key = body.get("key")
+        if key is not None:
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                self._error_to(identity, codec, "bad-value",
+                               "an idempotency key is a string of 1-200 characters", msg.id)
+                return
+            known = self.scheduler.by_key.get(key)
+            if known is not None and self._attach(identity, node, msg, known):
+                return
         task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
                     client=identity, client_name=node.name, priority=priority,
                     timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
-                    max_attempts=max_attempts, wait=wait)
+                    max_attempts=max_attempts, wait=wait, key=key)
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:
@@ -578,6 +596,23 @@ class Queen:
             # path of the task, the acknowledgement is not.
             self._later.append((node, p.Message("task.submitted", {"task": task.id},
                                                 ref=msg.id)))
+
+    def _attach(self, identity: bytes, node: Node, msg: p.Message, task_id: str) -> bool:
+        """A submission repeating an idempotency key: attach it to the task it names (or
+        answer with its result) instead of running the work again."""
+        task = self.scheduler.find(task_id)
+        if task is None:
+            return False
+        if task.final is not None:
+            self._send(node, p.Message("task.result", {**task.final, "task": msg.id,
+                                                       "original": task.id}, ref=msg.id))
+        else:
+            task.watchers.append((identity, node.name, msg.id))
+            if msg.b.get("ack"):
+                self._later.append((node, p.Message(
+                    "task.submitted", {"task": msg.id, "original": task.id}, ref=msg.id)))
+        self.counters["idempotent_hits"] += 1
+        return True
 
     def _attempt(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                  ref: str | None) -> Any:
@@ -840,6 +875,9 @@ class Queen:
                     continue
                 self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
                                            ts=wall))
+            elif what == "watch":
+                self._send_to(action[1], BINARY, p.Message(
+                    "task.result", action[3], to=action[2], ref=action[3]["task"], ts=wall))
             elif what == "cancel":
                 node, att = action[1], action[2]
                 if node.identity in assigns:

@@ -84,6 +84,8 @@ class Task:
     waiting: bool = False
     logged: int = 0  # history entries already journaled
     restored: bool = False
+    key: str | None = None  # idempotency key
+    watchers: list[tuple[bytes, str, str]] = field(default_factory=list)
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -136,6 +138,7 @@ class Scheduler:
         # Attempts a restarted queen found in its journal: kept for the foragers' hellos
         # to adopt, reissued when their grace period ends.
         self.held: dict[str, Attempt] = {}
+        self.by_key: dict[str, str] = {}
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
@@ -171,12 +174,18 @@ class Scheduler:
         task.final = body
         task.payload = None  # no longer needed; done tasks are kept for a while
         self.out.append(("deliver", task, "task.result", body))
+        for identity, name, alias in task.watchers:
+            # Later submissions with the same idempotency key get the same result.
+            self.out.append(("watch", identity, name, {**body, "task": alias,
+                                                        "original": task.id}))
         del self.tasks[task.id]
         self.done[task.id] = task
         while len(self.done) > self.keep_done:
             old_id, old = self.done.popitem(last=False)
             for n in range(1, old.attempt + 1):
                 self.attempts.pop(f"{old_id}.{n}", None)
+            if old.key is not None and self.by_key.get(old.key) == old_id:
+                del self.by_key[old.key]
 
     def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
         self._abandon(task, now, cancel=True)
@@ -207,6 +216,8 @@ class Scheduler:
         task.history.append((now, QUEUED, "submitted"))
         self.changed[task.id] = task
         self.tasks[task.id] = task
+        if task.key is not None:
+            self.by_key[task.key] = task.id
         self.counters["submitted"] += 1
         if task.timeout is not None:
             task.deadline = now + task.timeout
@@ -386,7 +397,10 @@ class Scheduler:
                         client_name=r["client_name"], priority=r["priority"],
                         timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
                         max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
-                        attempt=r["attempt"], tries=r["tries"], restored=True)
+                        attempt=r["attempt"], tries=r["tries"], restored=True,
+                        key=r.get("idem_key"))
+            if task.key is not None:
+                self.by_key[task.key] = task.id
             task.order = next(self._order)
             task.submitted = now - max(0.0, wall_now - r["created"])
             if r["final"] is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +12,10 @@ import pytest
 import zmq
 
 from meshant import Client, Forager, Queen, _procs
+
+# CLI queens journal to ./meshant-queen.db by default; tests that want a journal give
+# their own path, the rest run volatile queens (and never share a file).
+os.environ["MESHANT_JOURNAL"] = ":memory:"
 
 
 @pytest.fixture

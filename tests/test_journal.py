@@ -95,3 +95,45 @@ def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path) -> None
     assert "missing" in r.stdout
 
 
+
+
+def test_one_queen_per_journal(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    first = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=path)
+    try:
+        with pytest.raises(MeshantError, match="in use by another queen"):
+            Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=path)
+    finally:
+        assert first.journal is not None
+        first.journal.close()
+    Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=path).journal.close()  # type: ignore[union-attr]
+
+
+def test_idempotency_key_runs_once_even_across_a_restart(procs: Procs, tmp_path: Path) -> None:
+    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
+    journal = str(tmp_path / "q.db")
+    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
+    queen, _ = procs.start(*qargs)
+    procs.forager(router, "--name", "f")
+    with Client(router, queen_wait=60) as a, Client(router, queen_wait=60) as b:
+        first = a.submit("sleep", {"seconds": 0.5, "who": "a"}, key="order-42")
+        time.sleep(0.1)
+        again = b.submit("sleep", {"seconds": 0.5, "who": "b"}, key="order-42")
+        assert first.result(10) == again.result(10) == {"seconds": 0.5, "who": "a"}
+        assert a.status()["counters"]["completed"] == 1
+        queen.send_signal(signal.SIGKILL)
+        queen.wait(10)
+        procs.start(*qargs)
+        wait_for(lambda: _alive(b), what="the queen back")
+        late = b.submit("sleep", {"seconds": 0.5, "who": "late"}, key="order-42")
+        assert late.result(10) == {"seconds": 0.5, "who": "a"}  # the recorded result
+        assert b.status()["counters"]["submitted"] == 0  # nothing new ran
+        assert b.status()["counters"]["idempotent_hits"] == 1
+
+
+def _alive(c: Client) -> bool:
+    try:
+        c.status(timeout=1)
+        return True
+    except MeshantError:
+        return False

@@ -53,7 +53,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("task.submit", 10, "client submits a task",
          (_f("capability", str, True), _f("payload", _ANY), _f("priority", int),
           _f("timeout", _NUM), _f("to", str), _f("labels", dict), _f("max_attempts", int),
-          _f("wait", _NUM), _f("ack", bool))),
+          _f("wait", _NUM), _f("ack", bool), _f("key", str))),
     Kind("task.submitted", 11, "queen acknowledges a submission", (_f("task", str, True),)),
     Kind("task.assign", 12, "queen assigns a task graph node to a forager",
          (_f("node", str), _f("task", str), _f("attempt", int), _f("capability", str),
