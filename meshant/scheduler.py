@@ -279,6 +279,10 @@ class Scheduler:
         task = att.task
         if task.state == ASSIGNED:
             self._move(task, ACCEPTED, now, f"{att.node.name} (implied)")
+        # The audit trail keeps each progress report (not a state: the task stays put).
+        task.history.append((now, "progress", f"{body.get('fraction', '')} "
+                             f"{body.get('note', '')}".strip()))
+        self.changed[task.id] = task
         out = {"task": task.id, "seq": task.next_seq()}
         for k in ("fraction", "note"):
             if k in body:
