@@ -146,6 +146,7 @@ class Queen:
                 self.journal = Journal(journal)
             except JournalError as e:
                 raise MeshantError(str(e), code="bad-journal") from None
+            self.scheduler.track_changes = True
             self.restored = self.scheduler.restore(
                 self.journal.unfinished(), time.monotonic(), time.time(),
                 grace=self.registry.timeout * 2)
@@ -385,8 +386,6 @@ class Queen:
             if sched.changed and self.journal is not None:
                 # Durable before anything about it leaves: one transaction per turn.
                 self.journal.record(sched.changed.values(), time.time() - time.monotonic())
-                sched.changed.clear()
-            elif sched.changed:
                 sched.changed.clear()
             if sched.out:
                 self._flush()

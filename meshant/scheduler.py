@@ -133,7 +133,9 @@ class Scheduler:
         self._order = itertools.count()
         self._timer_n = itertools.count()
         self.dirty = False
-        # Tasks changed since the journal last looked (it drains this once per turn).
+        # Tasks changed since the journal last looked (it drains this once per turn);
+        # tracked only when there is a journal to write them to.
+        self.track_changes = False
         self.changed: dict[str, Task] = {}
         # Attempts a restarted queen found in its journal: kept for the foragers' hellos
         # to adopt, reissued when their grace period ends.
@@ -147,7 +149,8 @@ class Scheduler:
             raise RuntimeError(f"illegal task transition {task.state} -> {state} ({task.id})")
         task.state = state
         task.history.append((now, state, why))
-        self.changed[task.id] = task
+        if self.track_changes:
+            self.changed[task.id] = task
 
     def _enqueue(self, task: Task, now: float | None = None) -> None:
         heapq.heappush(self.queues.setdefault(task.capability, []),
@@ -214,7 +217,8 @@ class Scheduler:
         task.order = next(self._order)
         task.submitted = now
         task.history.append((now, QUEUED, "submitted"))
-        self.changed[task.id] = task
+        if self.track_changes:
+            self.changed[task.id] = task
         self.tasks[task.id] = task
         if task.key is not None:
             self.by_key[task.key] = task.id
@@ -282,7 +286,8 @@ class Scheduler:
         # The audit trail keeps each progress report (not a state: the task stays put).
         task.history.append((now, "progress", f"{body.get('fraction', '')} "
                              f"{body.get('note', '')}".strip()))
-        self.changed[task.id] = task
+        if self.track_changes:
+            self.changed[task.id] = task
         out = {"task": task.id, "seq": task.next_seq()}
         for k in ("fraction", "note"):
             if k in body:
