@@ -518,8 +518,8 @@ class Peer:
     def _timers(self, now: float) -> None:
         if not self._welcomed.is_set():
             if now >= self._next_hello and self._refusal is None:
-                if self._follower is not None and self._follower.current() is not None and (
-                        self._follower.current().router != self.queen):
+                moved = self._follower.current() if self._follower is not None else None
+                if moved is not None and moved.router != self.queen:
                     self._follow_queen()
                 else:
                     if self._curve is not None and self._hello_attempt > 0:
