@@ -134,14 +134,23 @@ def _stop_on_signals(stop: Any) -> None:
               help="Journal tasks to this SQLite file: restarted on it, the queen loses no "
                    "task. ':memory:' for a volatile queen.")
 @click.option("--retention", type=float, default=86_400.0, show_default=True,
-              help="Seconds finished tasks stay in the journal.")
+              help="Seconds finished tasks stay in the journal (dead letters stay).")
+@click.option("--retry-base", type=float, default=0.5, show_default=True,
+              help="First retry waits up to this many seconds (full jitter, doubling).")
+@click.option("--retry-cap", type=float, default=30.0, show_default=True,
+              help="Longest wait before a retry, in seconds.")
+@click.option("--breaker-threshold", type=click.IntRange(1), default=5, show_default=True,
+              help="Consecutive failing tasks that open a forager's or capability's circuit.")
+@click.option("--breaker-cooldown", type=float, default=30.0, show_default=True,
+              help="Seconds an open circuit waits before letting one trial through.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          journal: str | None, retention: float, as_json: bool) -> None:
+          journal: str | None, retention: float, retry_base: float, retry_cap: float,
+          breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from .discovery import is_loopback
     from .queen import Queen
@@ -154,7 +163,9 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
                   advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
                   curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,
                   max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate,
-                  journal=journal, retention=retention)
+                  journal=journal, retention=retention, retry_base=retry_base,
+                  retry_cap=retry_cap, breaker_threshold=breaker_threshold,
+                  breaker_cooldown=breaker_cooldown)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if curve_secret is None and is_loopback(bind):
@@ -477,6 +488,13 @@ def status(queen: str, connect_timeout: float, discover: bool, colony: str | Non
         click.echo("recently offline: " + ", ".join(g["name"] for g in gone[-5:]))
     if st["queues"]:
         click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in sorted(st["queues"].items())))
+    br = st.get("breakers") or {}
+    open_ = [f"forager {k}: {v}" for k, v in br.get("foragers", {}).items()] + [
+        f"capability {k}: {v}" for k, v in br.get("capabilities", {}).items()]
+    if open_:
+        click.echo("circuits: " + ", ".join(open_))
+    if st.get("dead_letters"):
+        click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]
     click.echo("counters: " + ", ".join(f"{k}={v}" for k, v in c.items()))
 
@@ -540,6 +558,74 @@ def _control(queen: str, names: tuple[str, ...], connect_timeout: float, what: s
         click.echo(f"{what} sent to {', '.join(names)}", err=True)
     finally:
         client.close()
+
+
+@main.group()
+def dlq() -> None:
+    """The dead-letter queue: tasks that failed for good, with their last error."""
+
+
+def _dlq(queen: str, op: str, task_id: str | None, all_: bool, connect_timeout: float,
+         curve_secret: str | None = None, queen_key: str | None = None) -> dict[str, Any]:
+    if op in ("show", "retry", "purge") and not task_id and not all_:
+        raise click.UsageError("give a TASK_ID or --all")
+    client = _connect(queen, connect_timeout, curve_secret=curve_secret, queen_key=queen_key)
+    try:
+        return client.dlq(op, task_id, all=all_)  # type: ignore[no-any-return]
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        client.close()
+
+
+@dlq.command("list")
+@QUEEN_OPT
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+@JSON_OPT
+def dlq_list(queen: str, connect_timeout: float, as_json: bool) -> None:
+    """List dead letters."""
+    items = _dlq(queen, "list", None, False, connect_timeout)["items"]
+    for it in items:
+        err = it.get("error") or {}
+        if as_json:
+            click.echo(json.dumps(it, default=_jsonable))
+        else:
+            click.echo(f"{it['task']:28} {it['capability']:14} {err.get('cause', '?'):18} "
+                       f"{err.get('message', '')[:60]}")
+    if not as_json:
+        click.echo(f"{len(items)} dead letter(s)", err=True)
+
+
+@dlq.command("show")
+@QUEEN_OPT
+@click.argument("task_id")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def dlq_show(queen: str, task_id: str, connect_timeout: float) -> None:
+    """Show one dead letter: its payload and last error, as JSON."""
+    (item,) = _dlq(queen, "show", task_id, False, connect_timeout)["items"]
+    click.echo(json.dumps(item, indent=1, default=_jsonable))
+
+
+@dlq.command("retry")
+@QUEEN_OPT
+@click.argument("task_id", required=False)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def dlq_retry(queen: str, task_id: str | None, all_: bool, connect_timeout: float) -> None:
+    """Submit dead letters' work again, as new tasks (their ids are printed)."""
+    for t in _dlq(queen, "retry", task_id, all_, connect_timeout)["tasks"]:
+        click.echo(t)
+
+
+@dlq.command("purge")
+@QUEEN_OPT
+@click.argument("task_id", required=False)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
+@click.option("--connect-timeout", type=float, default=5.0, show_default=True)
+def dlq_purge(queen: str, task_id: str | None, all_: bool, connect_timeout: float) -> None:
+    """Forget dead letters."""
+    gone = _dlq(queen, "purge", task_id, all_, connect_timeout)["tasks"]
+    click.echo(f"{len(gone)} dead letter(s) purged", err=True)
 
 
 @main.group()

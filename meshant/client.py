@@ -140,6 +140,7 @@ class Client(Peer):
             "task.state": self._on_reply,
             "status.reply": self._on_reply,
             "tool.reply": self._on_reply,
+            "dlq.reply": self._on_reply,
             "msg": self._on_inbox,
             "note": self._on_inbox,
         })
@@ -329,7 +330,8 @@ class Client(Peer):
 
     # -- queries --------------------------------------------------------------------------
 
-    def _request(self, kind: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    def _request(self, kind: str, body: dict[str, Any] | None,
+                 timeout: float) -> dict[str, Any]:
         msg = p.Message(kind, body, frm=self.name, to="queen")
         fut: Future[Any] = Future()
         self._requests[msg.id] = fut
@@ -357,6 +359,17 @@ class Client(Peer):
     def tool_query(self, tool: str, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Which live foragers serve ``tool``, with their slots and labels."""
         return list(self._request("tool.query", {"tool": tool}, timeout)["foragers"])
+
+    def dlq(self, op: str = "list", task: str | None = None, *, all: bool = False,
+            timeout: float = 5.0) -> dict[str, Any]:
+        """The dead-letter queue: ``op`` is list, show, retry or purge (of ``task``, or
+        ``all=True``). retry submits the work again as new tasks (their ids returned)."""
+        body: dict[str, Any] = {"op": op}
+        if task is not None:
+            body["task"] = task
+        if all:
+            body["all"] = True
+        return self._request("dlq", body, timeout)
 
     def drain(self, forager: str | list[str]) -> None:
         """Ask a forager to finish its running tasks, take no new ones, then leave."""

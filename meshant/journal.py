@@ -45,7 +45,8 @@ CREATE TABLE tasks (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     final BLOB,
-    idem_key TEXT
+    idem_key TEXT,
+    dead INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX tasks_key ON tasks (idem_key);
 CREATE INDEX tasks_state ON tasks (state);
@@ -174,7 +175,8 @@ class Journal:
                          t.attempt, t.tries,
                          t.current.node.name if t.current is not None else None,
                          t.submitted + to_wall, time.time(),
-                         _pack(t.final) if t.final is not None else None, t.key))
+                         _pack(t.final) if t.final is not None else None, t.key,
+                         int(t.dead)))
             seq, prev = self._last.get(t.id, (0, ""))
             if seq == 0 and t.logged == 0 and t.restored:
                 seq, prev = self._tail(t.id)
@@ -194,7 +196,7 @@ class Journal:
         db.execute("BEGIN")
         try:
             db.executemany("INSERT OR REPLACE INTO tasks VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?)", events)
             db.execute("COMMIT")
         except BaseException:
@@ -211,8 +213,9 @@ class Journal:
         ``keep`` final ones. Returns how many went."""
         db = self.db
         old = [r[0] for r in db.execute(
-            "SELECT id FROM tasks WHERE final IS NOT NULL AND (updated < ? OR id NOT IN "
-            "(SELECT id FROM tasks WHERE final IS NOT NULL ORDER BY updated DESC LIMIT ?))",
+            "SELECT id FROM tasks WHERE final IS NOT NULL AND dead = 0 AND (updated < ? OR id "
+            "NOT IN (SELECT id FROM tasks WHERE final IS NOT NULL ORDER BY updated DESC "
+            "LIMIT ?))",
             (before, keep))]
         if old:
             db.execute("BEGIN")
@@ -229,7 +232,7 @@ class Journal:
 
     _COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
              "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
-             "created", "updated", "final", "idem_key")
+             "created", "updated", "final", "idem_key", "dead")
 
     def _row(self, r: tuple[Any, ...]) -> dict[str, Any]:
         d = dict(zip(self._COLS, r, strict=True))

@@ -25,6 +25,7 @@ from ._waker import Waker
 from .errors import MeshantError
 from .journal import Journal, JournalError
 from .memory import MemoryError_, MemoryStore
+from .policy import Backoff
 from .protocol.codec import BINARY, JSON
 from .registry import ACTIVE, DRAINING, Node, Registry
 from .scheduler import DuplicateTask, QueueFull, Scheduler, Task
@@ -94,6 +95,10 @@ class Queen:
         journal: str | None = None,
         retention: float = 86_400.0,
         retention_count: int = 100_000,
+        retry_base: float = 0.5,
+        retry_cap: float = 30.0,
+        breaker_threshold: int = 5,
+        breaker_cooldown: float = 30.0,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.bind = bind
@@ -104,7 +109,10 @@ class Queen:
         self.no_forager_wait = no_forager_wait
         self.registry = Registry(hb_interval, hb_misses, max_peers)
         self.scheduler = Scheduler(self.registry, assign_timeout=assign_timeout,
-                                   max_queue=max_queue, default_wait=no_forager_wait)
+                                   max_queue=max_queue, default_wait=no_forager_wait,
+                                   backoff=Backoff(retry_base, retry_cap),
+                                   breaker_threshold=breaker_threshold,
+                                   breaker_cooldown=breaker_cooldown)
         self.terms = p.QueenTerms(epoch=self.epoch, hb_interval=hb_interval,
                                   hb_misses=hb_misses, assign_timeout=assign_timeout,
                                   queen=name)
@@ -179,6 +187,7 @@ class Queen:
             "note": self._on_directed,
             "mem.sync": self._on_memory,
             "broadcast": self._on_broadcast,
+            "dlq": self._on_dlq,
             "ctl.drain": self._on_control,
             "ctl.halt": self._on_control,
         }
@@ -737,6 +746,8 @@ class Queen:
             "queued": self.scheduler.queued,
             "running": sum(f["in_flight"] for f in foragers),
             "counters": {**self.scheduler.counters, **self.counters},
+            "dead_letters": len(self.scheduler.dlq),
+            "breakers": self.scheduler.breakers(),
             "recently_gone": list(self.registry.gone)[-10:],
         }
 
@@ -809,6 +820,39 @@ class Queen:
             self._publish_mem(update)
         self._send(node, p.Message("mem.sync", {"op": "ok", "seq": self.memory.seq},
                                    ref=msg.id))
+
+    def _on_dlq(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                now: float) -> None:
+        assert node is not None
+        b = msg.b
+        op = b["op"]
+        dlq = self.scheduler.dlq
+        wanted = list(dlq) if b.get("all") else [b.get("task")] if b.get("task") else []
+        missing = [t for t in wanted if t not in dlq]
+        if op in ("show", "retry", "purge") and (not wanted or missing):
+            self._error_to(identity, codec, UNKNOWN_TASK,
+                           f"no dead letter {', '.join(map(str, missing)) or '(none given)'}",
+                           msg.id)
+            return
+        if op in ("list", "show"):
+            chosen = wanted if op == "show" else list(dlq)
+            items = [{"task": t.id, "capability": t.capability, "error": (t.final or {}).get(
+                "error"), "attempts": t.attempt, "client": t.client_name,
+                "payload": t.payload if op == "show" else None} for t in
+                (dlq[i] for i in chosen)]
+            self._send(node, p.Message("dlq.reply", {"op": op, "items": items}, ref=msg.id))
+            return
+        if op == "retry":
+            new = [self.scheduler.dlq_retry(t, identity, node.name, now).id for t in wanted]
+            self._send(node, p.Message("dlq.reply", {"op": op, "tasks": new}, ref=msg.id))
+            return
+        if op == "purge":
+            for t in wanted:
+                self.scheduler.dlq_purge(t)
+            self._send(node, p.Message("dlq.reply", {"op": op, "tasks": wanted}, ref=msg.id))
+            return
+        self._error_to(identity, codec, "bad-value", "dlq op must be list, show, retry or purge",
+                       msg.id)
 
     def _publish_mem(self, update: dict[str, Any]) -> None:
         msg = p.Message("mem.sync", update, frm=self.name, ts=time.time())

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from .policy import Backoff, Breaker
 from .registry import ACTIVE, Node, Registry
 
 QUEUED = "queued"
@@ -45,6 +46,13 @@ E_REJECTED = "rejected"
 E_ATTEMPTS = "attempts-exhausted"
 E_DEADLINE = "deadline-exceeded"
 E_NO_FORAGER = "no-forager"
+# Why an attempt failed (the error's "cause"): the dead-letter classification.
+C_HANDLER = "handler-error"
+C_REJECTED = "rejected"
+C_TIMEOUT = "assign-timeout"
+C_LOST = "forager-lost"
+C_DEADLINE = "deadline-exceeded"
+C_NO_FORAGER = "no-forager"
 
 
 class QueueFull(Exception):
@@ -85,6 +93,7 @@ class Task:
     logged: int = 0  # history entries already journaled
     restored: bool = False
     key: str | None = None  # idempotency key
+    dead: bool = False  # in the dead-letter queue
     watchers: list[tuple[bytes, str, str]] = field(default_factory=list)
 
     def next_seq(self) -> int:
@@ -113,6 +122,9 @@ class Scheduler:
         max_queue: int = 100_000,
         keep_done: int = 10_000,
         default_wait: float = 30.0,
+        backoff: Backoff | None = None,
+        breaker_threshold: int = 5,
+        breaker_cooldown: float = 30.0,
     ) -> None:
         self.registry = registry
         self.assign_timeout = assign_timeout
@@ -128,11 +140,13 @@ class Scheduler:
         self.out: list[tuple[Any, ...]] = []
         self.counters: dict[str, int] = {
             "submitted": 0, "completed": 0, "failed": 0, "cancelled": 0, "reissued": 0,
-            "rejected": 0, "duplicates": 0, "unknown_results": 0,
+            "rejected": 0, "duplicates": 0, "unknown_results": 0, "retried": 0,
+            "dead_lettered": 0,
         }
         self._order = itertools.count()
         self._timer_n = itertools.count()
         self.dirty = False
+        self._now = 0.0
         # Tasks changed since the journal last looked (it drains this once per turn);
         # tracked only when there is a journal to write them to.
         self.track_changes = False
@@ -141,6 +155,12 @@ class Scheduler:
         # to adopt, reissued when their grace period ends.
         self.held: dict[str, Attempt] = {}
         self.by_key: dict[str, str] = {}
+        self.backoff = backoff or Backoff()
+        self.breaker_threshold = breaker_threshold
+        self.breaker_cooldown = breaker_cooldown
+        self.forager_breakers: dict[str, Breaker] = {}
+        self.cap_breakers: dict[str, Breaker] = {}
+        self.dlq: OrderedDict[str, Task] = OrderedDict()
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
@@ -152,10 +172,14 @@ class Scheduler:
         if self.track_changes:
             self.changed[task.id] = task
 
-    def _enqueue(self, task: Task, now: float | None = None) -> None:
+    def _enqueue(self, task: Task, now: float | None = None, delay: float = 0.0) -> None:
+        self.queued += 1
+        if delay > 0 and now is not None:
+            # Counted as queued from now; it joins its queue when the backoff ends.
+            self._timer(now + delay, task, "retry")
+            return
         heapq.heappush(self.queues.setdefault(task.capability, []),
                        (task.priority, task.order, task.id))
-        self.queued += 1
         self.dirty = True
         if now is not None and not self._anyone_serves(task):
             self._wait_for_forager(task, now)
@@ -175,7 +199,8 @@ class Scheduler:
         body["attempt"] = task.attempt
         body["seq"] = task.next_seq()
         task.final = body
-        task.payload = None  # no longer needed; done tasks are kept for a while
+        if state != FAILED:
+            task.payload = None  # no longer needed (a failed task's may be retried)
         self.out.append(("deliver", task, "task.result", body))
         for identity, name, alias in task.watchers:
             # Later submissions with the same idempotency key get the same result.
@@ -192,7 +217,45 @@ class Scheduler:
 
     def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
         self._abandon(task, now, cancel=True)
+        extra.setdefault("cause", code)
+        extra.setdefault("attempts", task.attempt)
         self._finish(task, FAILED, now, {"error": {"code": code, "message": message, **extra}})
+        # Every failed task lands in the dead-letter queue, with its last error, until
+        # retried or purged.
+        task.dead = True
+        self.dlq[task.id] = task
+        self.counters["dead_lettered"] += 1
+
+    def _breaker(self, table: dict[str, Breaker], key: str) -> Breaker:
+        b = table.get(key)
+        if b is None:
+            b = table[key] = Breaker(self.breaker_threshold, self.breaker_cooldown)
+        return b
+
+    def _outcome(self, att: Attempt, ok: bool, now: float, capability_too: bool) -> None:
+        fb = self._breaker(self.forager_breakers, att.node.name)
+        cb = self._breaker(self.cap_breakers, att.task.capability) if capability_too else None
+        for b in (fb, cb):
+            if b is None:
+                continue
+            if ok:
+                b.success()
+            else:
+                b.failure(now)
+
+    def _retry_or_fail(self, task: Task, now: float, cause: str, why: str, code: str,
+                       **extra: Any) -> None:
+        """An attempt failed: retry after a jittered backoff, or give up (dead letter)."""
+        task.tries += 1
+        task.reasons.append(why)
+        if task.tries >= task.max_attempts:
+            self._fail(task, now, code, f"gave up after {task.tries} attempts; last: {why}",
+                       cause=cause, reasons=task.reasons, **extra)
+            return
+        delay = self.backoff.delay(task.tries - 1)
+        self.counters["retried"] += 1
+        self._move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
+        self._enqueue(task, now, delay)
 
     def _abandon(self, task: Task, now: float, *, cancel: bool) -> None:
         """Fence off the task's current attempt: its result will be a duplicate from now on."""
@@ -318,18 +381,34 @@ class Scheduler:
             return
         self._abandon(task, now, cancel=False)
         if status == "ok":
+            self._outcome(att, True, now, capability_too=True)
             # IACP 1.1 results carry their fields in the body itself (status, artifacts...).
             result = body["result"] if "result" in body else {
                 k: v for k, v in body.items() if k not in ("status", "ref", "partial")} or None
             self._finish(task, COMPLETED, now, {"result": result})
         else:
             err = body.get("error") if isinstance(body.get("error"), dict) else {}
-            self._finish(task, FAILED, now, {"error": {
-                "code": E_HANDLER if status == "error" else str(status),
-                "type": str(err.get("type", "Error")),
-                "message": str(err.get("message", "")),
-                "forager": att.node.name,
-            }})
+            etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
+            if task.tries == 0:
+                # Breakers count failing tasks, not one task's retries: a payload its
+                # handler rejects must not shut a capability down, an outage does.
+                self._outcome(att, False, now, capability_too=True)
+            task.tries += 1
+            task.reasons.append(f"{att.node.name}: {etype}: {emsg}")
+            if task.tries >= task.max_attempts:
+                self._abandon(task, now, cancel=False)
+                self._finish(task, FAILED, now, {"error": {
+                    "code": E_HANDLER, "type": etype, "message": emsg,
+                    "forager": att.node.name, "cause": C_HANDLER, "attempts": task.attempt}})
+                task.dead = True
+                self.dlq[task.id] = task
+                self.counters["dead_lettered"] += 1
+            else:
+                delay = self.backoff.delay(task.tries - 1)
+                self.counters["retried"] += 1
+                self._move(task, QUEUED, now, f"{etype} on {att.node.name}; retry in "
+                           f"{delay:.2f} s")
+                self._enqueue(task, now, delay)
 
     def release(self, att: Attempt) -> None:
         """A forager finished an abandoned attempt: free its slot."""
@@ -380,16 +459,20 @@ class Scheduler:
                     self._wait_for_forager(task, now)
         self.dirty = True
 
-    def _reissue(self, task: Task, now: float, why: str, *, avoid: bool = True) -> None:
+    def _reissue(self, task: Task, now: float, why: str, *, avoid: bool = True,
+                 cause: str = C_LOST) -> None:
         task.tries += 1
         old = task.current
         if old is not None and avoid:
             # By identity, not name: a hung forager keeps its connection and is avoided,
             # while a restarted one connects afresh and may take the task again.
             task.avoid.add(old.node.identity)
+        if old is not None and old.node.identity:
+            self._outcome(old, False, now, capability_too=False)
         if task.tries >= task.max_attempts:
             self._fail(task, now, E_ATTEMPTS,
-                       f"gave up after {task.tries} attempts; last: {why}", reasons=task.reasons)
+                       f"gave up after {task.tries} attempts; last: {why}", reasons=task.reasons,
+                       cause=cause)
             return
         self._abandon(task, now, cancel=True)
         self.counters["reissued"] += 1
@@ -415,6 +498,9 @@ class Scheduler:
             if r["final"] is not None:
                 task.final = r["final"]
                 self.done[task.id] = task
+                if r.get("dead"):
+                    task.dead = True
+                    self.dlq[task.id] = task
                 continue
             unfinished += 1
             self.tasks[task.id] = task
@@ -460,7 +546,8 @@ class Scheduler:
             for att in list(node.in_flight.values()):
                 if att.lease <= now:
                     if att.live and att.task.current is att:
-                        self._reissue(att.task, now, f"assign timeout on {node.name}")
+                        self._reissue(att.task, now, f"assign timeout on {node.name}",
+                                      cause=C_TIMEOUT)
                     else:
                         node.in_flight.pop(att.id, None)
                         self.dirty = True
@@ -469,6 +556,14 @@ class Scheduler:
             _, _, task_id, what = heapq.heappop(timers)
             task = self.tasks.get(task_id)
             if task is None:
+                continue
+            if what == "retry":
+                if task.state == QUEUED:
+                    heapq.heappush(self.queues.setdefault(task.capability, []),
+                                   (task.priority, task.order, task.id))
+                    self.dirty = True
+                    if not self._anyone_serves(task):
+                        self._wait_for_forager(task, now)
                 continue
             if what == "deadline":
                 self._fail(task, now, E_DEADLINE,
@@ -504,10 +599,14 @@ class Scheduler:
         names = self.registry.by_tool.get(task.capability, ())
         if task.to is not None:
             names = (task.to,) if task.to in names else ()
+        breakers = self.forager_breakers
         for name in names:
             node = by_name[name]
             if node.state != ACTIVE or node.identity in task.avoid:
                 continue
+            fb = breakers.get(name)
+            if fb is not None and not fb.allow(self._now):
+                continue  # its circuit is open: it keeps failing
             busy = len(node.in_flight)
             if busy >= node.slots:
                 continue
@@ -535,7 +634,11 @@ class Scheduler:
         """Assign queued tasks to free capable foragers. Returns how many were assigned."""
         self.dirty = False
         assigned = 0
+        self._now = now
         for cap, heap in list(self.queues.items()):
+            cb = self.cap_breakers.get(cap)
+            if cb is not None and not cb.allow(now):
+                continue  # this capability keeps failing everywhere: hold its tasks
             skipped: list[tuple[int, int, str]] = []
             while heap and len(skipped) < scan_limit and self._has_capacity(cap):
                 entry = heapq.heappop(heap)
@@ -546,7 +649,8 @@ class Scheduler:
                 if node is None:
                     if self._all_rejected(task):
                         self._fail(task, now, E_REJECTED, "rejected by every capable forager: "
-                                   + "; ".join(task.reasons), reasons=task.reasons)
+                                   + "; ".join(task.reasons), reasons=task.reasons,
+                                   cause=C_REJECTED)
                     else:
                         skipped.append(entry)
                     continue
@@ -560,6 +664,9 @@ class Scheduler:
         return assigned
 
     def _assign(self, task: Task, node: Node, now: float) -> None:
+        for b in (self.forager_breakers.get(node.name), self.cap_breakers.get(task.capability)):
+            if b is not None:
+                b.started()  # in half-open, this assignment is the trial
         task.attempt += 1
         att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
                       now + self.assign_timeout)
@@ -568,6 +675,37 @@ class Scheduler:
         self.attempts[att.id] = att
         self._move(task, ASSIGNED, now, node.name)
         self.out.append(("assign", node, att))
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dlq_retry(self, task_id: str, client: bytes, client_name: str, now: float) -> Task:
+        """Submit a dead letter's work again as a new task (for ``client``)."""
+        old = self.dlq.pop(task_id)
+        old.dead = False
+        if self.track_changes:
+            self.changed[old.id] = old
+        n = 1
+        while f"{old.id}.r{n}" in self.tasks or f"{old.id}.r{n}" in self.done:
+            n += 1
+        payload = old.payload
+        new = Task(id=f"{old.id}.r{n}", capability=old.capability, payload=payload,
+                   client=client, client_name=client_name, priority=old.priority,
+                   timeout=old.timeout, to=old.to, labels=dict(old.labels),
+                   max_attempts=old.max_attempts, wait=old.wait)
+        return self.submit(new, now)
+
+    def dlq_purge(self, task_id: str) -> None:
+        task = self.dlq.pop(task_id)
+        task.dead = False
+        if self.track_changes:
+            self.changed[task.id] = task
+
+    def breakers(self) -> dict[str, dict[str, str]]:
+        """Circuits that are not closed, for status."""
+        return {"foragers": {k: b.state for k, b in self.forager_breakers.items()
+                             if b.state != "closed"},
+                "capabilities": {k: b.state for k, b in self.cap_breakers.items()
+                                 if b.state != "closed"}}
 
     # -- queries --------------------------------------------------------------------------
 

@@ -137,3 +137,38 @@ def _alive(c: Client) -> bool:
         return True
     except MeshantError:
         return False
+
+
+def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
+    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
+    journal = str(tmp_path / "q.db")
+    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal,
+             "--retry-base", "0.05", *HB)
+    queen, _ = procs.start(*qargs)
+    procs.forager(router, "--name", "f")
+    r = meshant("submit", "--queen", router, "fail", '{"message": "always"}',
+                "--max-attempts", "2", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["message"] == "always"
+    task_id = json.loads(r.stdout)["id"]
+    r = meshant("dlq", "list", "--queen", router, "--json")
+    (item,) = [json.loads(x) for x in r.stdout.splitlines()]
+    assert item["task"] == task_id and item["error"]["cause"] == "handler-error"
+    assert item["attempts"] == 2
+    r = meshant("dlq", "show", "--queen", router, task_id)
+    assert json.loads(r.stdout)["payload"] == {"message": "always"}
+    # Dead letters are durable: still there after the queen is killed and restarted.
+    queen.send_signal(signal.SIGKILL)
+    queen.wait(10)
+    procs.start(*qargs)
+    r = meshant("dlq", "list", "--queen", router, "--json")
+    assert [json.loads(x)["task"] for x in r.stdout.splitlines()] == [task_id]
+    r = meshant("dlq", "retry", "--queen", router, task_id)
+    assert r.returncode == 0 and r.stdout.strip() == f"{task_id}.r1"
+    wait_for(lambda: [json.loads(x)["task"] for x in meshant(
+        "dlq", "list", "--queen", router, "--json").stdout.splitlines()] == [f"{task_id}.r1"],
+        timeout=20, what="the retried task to fail into the queue again")
+    r = meshant("dlq", "purge", "--queen", router, "--all")
+    assert r.returncode == 0
+    assert meshant("dlq", "list", "--queen", router, "--json").stdout.strip() == ""
+    r = meshant("dlq", "retry", "--queen", router, "nope")
+    assert r.returncode == 1 and "no dead letter" in r.stderr

@@ -276,13 +276,54 @@ def test_partial_results_carry_increasing_seq() -> None:
 def test_handler_error_is_a_failed_result_with_type() -> None:
     c = Colony()
     f = c.forager("f1")
-    c.submit("t")
+    c.submit("t", max_attempts=1)
     c.step()
     c.s.result(f.in_flight["t.1"], {"status": "error",
                                      "error": {"type": "ValueError", "message": "bad"}}, c.now)
     (final,) = c.finals(c.step())
     assert final["error"] == {"code": "handler-error", "type": "ValueError", "message": "bad",
-                              "forager": "f1"}
+                              "forager": "f1", "cause": "handler-error", "attempts": 1}
+    assert "t" in c.s.dlq  # and it is a dead letter
+
+
+def test_handler_errors_retry_with_backoff_then_dead_letter() -> None:
+    c = Colony()
+    f = c.forager("f1")
+    c.submit("t", max_attempts=3)
+    c.step()
+    for n in (1, 2):
+        c.s.result(f.in_flight[f"t.{n}"], {"status": "error", "error": {"type": "E"}}, c.now)
+        assert c.assigns(c.step()) == []  # waiting out a jittered backoff, not hammering
+        assert c.s.tasks["t"].state == "queued" and c.s.queued == 1
+        ceiling = c.s.backoff.ceiling(n - 1)
+        assert c.assigns(c.step(ceiling + 0.01)) == [("f1", "t")]
+    c.s.result(f.in_flight["t.3"], {"status": "error", "error": {"type": "E"}}, c.now)
+    (final,) = c.finals(c.step())
+    assert final["state"] == "failed" and final["error"]["attempts"] == 3
+    assert list(c.s.dlq) == ["t"] and c.s.counters["retried"] == 2
+    new = c.s.dlq_retry("t", b"c", "client", c.now)
+    assert new.id == "t.r1" and "t" not in c.s.dlq
+    assert c.assigns(c.step()) == [("f1", "t.r1")]
+
+
+def test_breakers_open_on_an_outage_and_half_open_after_cooldown() -> None:
+    c = Colony(breaker_threshold=3, breaker_cooldown=10.0, assign_timeout=100.0)
+    f = c.forager("f1", slots=5)
+    for i in range(5):
+        c.submit(f"t{i}", max_attempts=1)
+    c.step()
+    for i in range(3):  # three different tasks fail: an outage, not a bad payload
+        c.s.result(f.in_flight[f"t{i}.1"], {"status": "error", "error": {}}, c.now)
+    c.step()
+    assert c.s.breakers() == {"foragers": {"f1": "open"}, "capabilities": {"echo": "open"}}
+    c.submit("later")
+    assert c.assigns(c.step(1.0)) == []  # held while open
+    out = c.step(10.0)  # half-open: exactly one trial goes through
+    assert len(c.assigns(out)) == 1
+    (_name, tid), = c.assigns(out)
+    c.s.result(f.in_flight[f"{tid}.1"], {"status": "ok"}, c.now)
+    c.step()
+    assert c.s.breakers() == {"foragers": {}, "capabilities": {}}
 
 
 def test_transition_table_has_no_exit_from_final_states() -> None:

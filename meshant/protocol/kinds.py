@@ -91,6 +91,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("status.query", 36, "ask the queen for its registry and queue depths"),
     Kind("status.reply", 37, "registry and queue depths",
          (_f("foragers", list, True), _f("queues", dict, True))),
+    Kind("dlq", 38, "dead-letter queue: list, show, retry or purge",
+         (_f("op", str, True), _f("task", str), _f("all", bool))),
+    Kind("dlq.reply", 39, "answer to dlq",
+         (_f("op", str, True), _f("items", list), _f("tasks", list))),
     # Peer-to-peer
     Kind("broadcast", 40, "fan out to subscribers of a topic",
          (_f("topic", str, True), _f("data", _ANY))),
