@@ -172,3 +172,44 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
     assert meshant("dlq", "list", "--queen", router, "--json").stdout.strip() == ""
     r = meshant("dlq", "retry", "--queen", router, "nope")
     assert r.returncode == 1 and "no dead letter" in r.stderr
+
+
+def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
+                                                                  tmp_path: Path) -> None:
+    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
+    journal = str(tmp_path / "q.db")
+    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
+    queen, _ = procs.start(*qargs)
+    procs.forager(router, "--name", "steady")
+    with Client(router, queen_wait=60) as c:
+        fut = c.submit("sleep", {"seconds": 2.0})
+        wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", what="accept")
+        queen.send_signal(signal.SIGKILL)  # after accept, before the result
+        queen.wait(10)
+        procs.start(*qargs)
+        assert fut.result(20) == {"seconds": 2.0}
+        ts = c.task_status(fut.task_id)
+        # The forager told the new queen it was still running it: adopted, not rerun.
+        assert ts["attempt"] == 1 and ts["state"] == "completed"
+        assert c.status()["counters"]["reissued"] == 0
+
+
+def test_crash_after_the_result_delivers_it_once(procs: Procs, tmp_path: Path) -> None:
+    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
+    journal = str(tmp_path / "q.db")
+    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
+    queen, _ = procs.start(*qargs)
+    procs.forager(router, "--name", "quick")
+    with Client(router, queen_wait=60) as c:
+        done = [c.submit("echo", i) for i in range(50)]
+        assert [f.result(10) for f in done] == list(range(50))
+        pending = c.submit("sleep", {"seconds": 0.3})
+        time.sleep(0.35)  # its result is journaled and on its way when the queen dies
+        queen.send_signal(signal.SIGKILL)
+        queen.wait(10)
+        procs.start(*qargs)
+        assert pending.result(20) == {"seconds": 0.3}
+        # Every earlier task is still exactly once in the journal, completed.
+        r = meshant("tasks", "--journal", journal, "--json", "--limit", "100")
+        states = [json.loads(x)["state"] for x in r.stdout.splitlines()]
+        assert states.count("completed") == 51 and len(states) == 51
