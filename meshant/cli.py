@@ -369,6 +369,8 @@ def _jsonable(v: Any) -> Any:
 @click.option("--label", "-l", "labels", multiple=True, metavar="KEY=VALUE",
               help="Require a forager label (repeatable).")
 @click.option("--wait", type=float, help="Seconds to wait for a forager with the capability.")
+@click.option("--key", help="Idempotency key: the same key never runs the task twice.")
+@click.option("--retry-base", type=float, help="This task's retry backoff base, seconds.")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
@@ -381,7 +383,8 @@ def submit(queen: str, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            labels: tuple[str, ...], wait: float | None, count: int, connect_timeout: float,
            stream: bool, discover: bool, colony: str | None, curve_secret: str | None,
-           queen_key: str | None, as_json: bool) -> None:
+           queen_key: str | None, key: str | None, retry_base: float | None,
+           as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin.
 
     Exits 1 if any task failed.
@@ -392,7 +395,7 @@ def submit(queen: str, capability: str, payload: str | None, priority: int,
     try:
         kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
                               "labels": _labels(labels), "max_attempts": max_attempts,
-                              "wait": wait}
+                              "wait": wait, "key": key, "retry_base": retry_base}
         started = time.monotonic()
         futures = []
         for pl in payloads:

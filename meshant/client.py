@@ -275,6 +275,8 @@ class Client(Peer):
         wait: float | None = None,
         ack: bool = False,
         key: str | None = None,
+        retry_base: float | None = None,
+        retry_cap: float | None = None,
     ) -> TaskFuture:
         """Submit a task; the future resolves to its result or raises a MeshantError.
 
@@ -285,7 +287,8 @@ class Client(Peer):
         submission (``TaskFuture.acknowledged``); errors such as a full queue are always
         reported. ``key`` is an idempotency key: submitting the same key again (from any
         client, also after a queen restart on its journal) does not run the task again
-        but gets the first submission's result.
+        but gets the first submission's result. ``retry_base``/``retry_cap`` set this
+        task's retry backoff (a random wait up to ``min(cap, base * 2**n)``).
         """
         if self._stopped.is_set():
             raise MeshantError("the client is closed", code="closed")
@@ -309,6 +312,10 @@ class Client(Peer):
             body["ack"] = True
         if key is not None:
             body["key"] = key
+        if retry_base is not None:
+            body["retry_base"] = retry_base
+        if retry_cap is not None:
+            body["retry_cap"] = retry_cap
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         fut = TaskFuture(msg.id, msg, self._pump)
         self._tasks[msg.id] = fut

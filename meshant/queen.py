@@ -573,6 +573,10 @@ class Queen:
             return
         timeout = body.get("timeout")
         wait = body.get("wait", self.no_forager_wait)
+        if any(not 0 <= body.get(k, 0) <= 3600 for k in ("retry_base", "retry_cap")):
+            self._error_to(identity, codec, "bad-value",
+                           "retry_base and retry_cap are seconds between 0 and 3600", msg.id)
+            return
         if (timeout is not None and timeout <= 0) or wait < 0:
             self._error_to(identity, codec, "bad-value", "timeout must be > 0 and wait >= 0",
                            msg.id)
@@ -589,7 +593,8 @@ class Queen:
         task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
                     client=identity, client_name=node.name, priority=priority,
                     timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
-                    max_attempts=max_attempts, wait=wait, key=key)
+                    max_attempts=max_attempts, wait=wait, key=key,
+                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"))
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:

@@ -94,6 +94,8 @@ class Task:
     restored: bool = False
     key: str | None = None  # idempotency key
     dead: bool = False  # in the dead-letter queue
+    retry_base: float | None = None  # this task's backoff, else the queen's
+    retry_cap: float | None = None
     watchers: list[tuple[bytes, str, str]] = field(default_factory=list)
 
     def next_seq(self) -> int:
@@ -226,6 +228,13 @@ class Scheduler:
         self.dlq[task.id] = task
         self.counters["dead_lettered"] += 1
 
+    def _delay(self, task: Task) -> float:
+        """The wait before this task's next retry: its own policy, else the queen's."""
+        b = self.backoff
+        base = task.retry_base if task.retry_base is not None else b.base
+        cap = task.retry_cap if task.retry_cap is not None else b.cap
+        return b.rng.uniform(0.0, min(cap, base * 2 ** (task.tries - 1)))
+
     def _breaker(self, table: dict[str, Breaker], key: str) -> Breaker:
         b = table.get(key)
         if b is None:
@@ -252,7 +261,7 @@ class Scheduler:
             self._fail(task, now, code, f"gave up after {task.tries} attempts; last: {why}",
                        cause=cause, reasons=task.reasons, **extra)
             return
-        delay = self.backoff.delay(task.tries - 1)
+        delay = self._delay(task)
         self.counters["retried"] += 1
         self._move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
         self._enqueue(task, now, delay)
@@ -404,7 +413,7 @@ class Scheduler:
                 self.dlq[task.id] = task
                 self.counters["dead_lettered"] += 1
             else:
-                delay = self.backoff.delay(task.tries - 1)
+                delay = self._delay(task)
                 self.counters["retried"] += 1
                 self._move(task, QUEUED, now, f"{etype} on {att.node.name}; retry in "
                            f"{delay:.2f} s")

@@ -363,3 +363,19 @@ def test_no_forager_wait_starts_when_the_last_capable_forager_leaves() -> None:
     out = c.step(1.5)
     assert sorted(b["task"] for b in c.finals(out)) == ["busy", "queued"]
     assert {b["error"]["code"] for b in c.finals(out)} == {"no-forager"}
+
+
+def test_a_tasks_own_retry_policy_overrides_the_queens() -> None:
+    import random
+
+    c = Colony()
+    c.s.backoff.rng = random.Random(3)
+    expected = random.Random(3).uniform(0.0, min(200.0, 100.0))  # its base, not 0.5 s
+    f = c.forager("f1")
+    c.submit("t", max_attempts=5, retry_base=100.0, retry_cap=200.0)
+    c.step()
+    c.s.result(f.in_flight["t.1"], {"status": "error", "error": {}}, c.now)
+    c.step()
+    assert c.s.tasks["t"].history[-1][2].endswith(f"retry in {expected:.2f} s")
+    assert c.assigns(c.step(expected - 0.01)) == []
+    assert c.assigns(c.step(0.02)) == [("f1", "t")]
