@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +17,27 @@ from .conftest import Procs, wait_for
 from .test_cli import meshant
 
 HB = ("--hb-interval", "0.2", "--hb-misses", "5")
+
+
+class Restartable:
+    """A CLI queen on ipc endpoints and a journal in tmp_path, restartable in place."""
+
+    def __init__(self, procs: Procs, tmp_path: Path, *extra: str) -> None:
+        self.procs = procs
+        self.router = f"ipc://{tmp_path}/r"
+        self.journal = str(tmp_path / "q.db")
+        self.args = ("queen", "--bind", self.router, "--pub", f"ipc://{tmp_path}/p",
+                     "--json", "--journal", self.journal, *HB, *extra)
+        self.proc = self.start()
+
+    def start(self) -> subprocess.Popen[str]:
+        self.proc, _ = self.procs.start(*self.args)
+        return self.proc
+
+    def kill_and_restart(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.start()
 
 
 def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) -> None:
@@ -41,10 +63,8 @@ def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) ->
 
 def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
                                                                     tmp_path: Path) -> None:
-    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
-    journal = str(tmp_path / "queen.db")
-    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
-    queen, _ = procs.start(*qargs)
+    q = Restartable(procs, tmp_path)
+    router, journal = q.router, q.journal
     for i in range(3):
         procs.forager(router, "--name", f"f{i}", "--slots", "4")
     n = 1500
@@ -52,10 +72,8 @@ def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
         futs = [c.submit("sleep", {"seconds": 0.002, "n": i}) for i in range(n)]
         wait_for(lambda: c.status()["counters"]["completed"] >= 100, what="work under way")
         done_before = c.status()["counters"]["completed"]
-        queen.send_signal(signal.SIGKILL)  # mid-stream: queued, running and done tasks
+        q.kill_and_restart()  # mid-stream: queued, running and done tasks
         assert done_before < n - 100
-        queen.wait(10)
-        procs.start(*qargs)
         results = [f.result(90) for f in futs]
     assert [r["n"] for r in results] == list(range(n))  # each task's one result, in full
     r = meshant("tasks", "--journal", journal, "--limit", str(n + 10), "--json")
@@ -110,10 +128,8 @@ def test_one_queen_per_journal(tmp_path: Path) -> None:
 
 
 def test_idempotency_key_runs_once_even_across_a_restart(procs: Procs, tmp_path: Path) -> None:
-    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
-    journal = str(tmp_path / "q.db")
-    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
-    queen, _ = procs.start(*qargs)
+    q = Restartable(procs, tmp_path)
+    router = q.router
     procs.forager(router, "--name", "f")
     with Client(router, queen_wait=60) as a, Client(router, queen_wait=60) as b:
         first = a.submit("sleep", {"seconds": 0.5, "who": "a"}, key="order-42")
@@ -121,9 +137,7 @@ def test_idempotency_key_runs_once_even_across_a_restart(procs: Procs, tmp_path:
         again = b.submit("sleep", {"seconds": 0.5, "who": "b"}, key="order-42")
         assert first.result(10) == again.result(10) == {"seconds": 0.5, "who": "a"}
         assert a.status()["counters"]["completed"] == 1
-        queen.send_signal(signal.SIGKILL)
-        queen.wait(10)
-        procs.start(*qargs)
+        q.kill_and_restart()
         wait_for(lambda: _alive(b), what="the queen back")
         late = b.submit("sleep", {"seconds": 0.5, "who": "late"}, key="order-42")
         assert late.result(10) == {"seconds": 0.5, "who": "a"}  # the recorded result
@@ -140,11 +154,8 @@ def _alive(c: Client) -> bool:
 
 
 def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
-    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
-    journal = str(tmp_path / "q.db")
-    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal,
-             "--retry-base", "0.05", *HB)
-    queen, _ = procs.start(*qargs)
+    q = Restartable(procs, tmp_path, "--retry-base", "0.05")
+    router = q.router
     procs.forager(router, "--name", "f")
     r = meshant("submit", "--queen", router, "fail", '{"message": "always"}',
                 "--max-attempts", "2", "--json")
@@ -157,9 +168,7 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
     r = meshant("dlq", "show", "--queen", router, task_id)
     assert json.loads(r.stdout)["payload"] == {"message": "always"}
     # Dead letters are durable: still there after the queen is killed and restarted.
-    queen.send_signal(signal.SIGKILL)
-    queen.wait(10)
-    procs.start(*qargs)
+    q.kill_and_restart()
     r = meshant("dlq", "list", "--queen", router, "--json")
     assert [json.loads(x)["task"] for x in r.stdout.splitlines()] == [task_id]
     r = meshant("dlq", "retry", "--queen", router, task_id)
@@ -176,17 +185,13 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
 
 def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
                                                                   tmp_path: Path) -> None:
-    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
-    journal = str(tmp_path / "q.db")
-    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
-    queen, _ = procs.start(*qargs)
+    q = Restartable(procs, tmp_path)
+    router = q.router
     procs.forager(router, "--name", "steady")
     with Client(router, queen_wait=60) as c:
         fut = c.submit("sleep", {"seconds": 2.0})
         wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", what="accept")
-        queen.send_signal(signal.SIGKILL)  # after accept, before the result
-        queen.wait(10)
-        procs.start(*qargs)
+        q.kill_and_restart()  # after accept, before the result
         assert fut.result(20) == {"seconds": 2.0}
         ts = c.task_status(fut.task_id)
         # The forager told the new queen it was still running it: adopted, not rerun.
@@ -195,19 +200,15 @@ def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
 
 
 def test_crash_after_the_result_delivers_it_once(procs: Procs, tmp_path: Path) -> None:
-    router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
-    journal = str(tmp_path / "q.db")
-    qargs = ("queen", "--bind", router, "--pub", pub, "--json", "--journal", journal, *HB)
-    queen, _ = procs.start(*qargs)
+    q = Restartable(procs, tmp_path)
+    router, journal = q.router, q.journal
     procs.forager(router, "--name", "quick")
     with Client(router, queen_wait=60) as c:
         done = [c.submit("echo", i) for i in range(50)]
         assert [f.result(10) for f in done] == list(range(50))
         pending = c.submit("sleep", {"seconds": 0.3})
         time.sleep(0.35)  # its result is journaled and on its way when the queen dies
-        queen.send_signal(signal.SIGKILL)
-        queen.wait(10)
-        procs.start(*qargs)
+        q.kill_and_restart()
         assert pending.result(20) == {"seconds": 0.3}
         # Every earlier task is still exactly once in the journal, completed.
         r = meshant("tasks", "--journal", journal, "--json", "--limit", "100")
