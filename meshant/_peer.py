@@ -25,7 +25,9 @@ import zmq
 
 from . import protocol as p
 from ._waker import Waker
-from ._zmqio import recv_frames
+from ._zmqio import EVENTS as _EVENTS
+from ._zmqio import POLLIN as _POLLIN
+from ._zmqio import recv_frames, send_frames
 from .colony_memory import Memory
 from .errors import MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
@@ -37,11 +39,6 @@ FEATURES = ["batch", "progress", "blobs", "mem.sync", "broadcast"]
 BACKOFF_FIRST = 0.25
 BACKOFF_CAP = 5.0
 NAME_WAIT = 60.0  # the longest a restarted peer waits for its old self to be declared offline
-# Plain ints: pyzmq's enum flags cost microseconds per operation on the hot path.
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
-_NOBLOCK = int(zmq.NOBLOCK)
-_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 
 HB_TOPIC = b"$hb"
 MEM_TOPIC = b"$mem"
@@ -422,18 +419,9 @@ class Peer:
             msg.frm = self.name
         if not msg.ts:
             msg.ts = time.time()
-        frames = p.binary.encode(msg)
-        sock = self._sock
-        assert sock is not None
+        assert self._sock is not None
         try:
-            if len(frames) == 1:
-                sock.send(frames[0], _NOBLOCK)
-            else:
-                # Large blob frames go out zero-copy; small frames are cheaper copied.
-                last = len(frames) - 1
-                for i, f in enumerate(frames):
-                    sock.send(f, _MORE_NOBLOCK if i < last else _NOBLOCK,
-                              copy=len(f) < 65536)
+            send_frames(self._sock, p.binary.encode(msg))
         except zmq.Again:
             return False  # the pipe to the queen is full: the queen is gone or stalled
         self._last_send = time.monotonic()

@@ -12,6 +12,7 @@ EVENTS = int(zmq.EVENTS)
 POLLIN = int(zmq.POLLIN)
 NOBLOCK = int(zmq.NOBLOCK)
 MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+COPY_BELOW = 64 * 1024  # frames this small are cheaper copied than tracked zero-copy
 
 
 def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
@@ -24,8 +25,22 @@ def recv_frames(sock: zmq.Socket[Any]) -> list[bytes]:
     return frames
 
 
-def readable(sock: zmq.Socket[Any]) -> bool:
-    return bool(sock.getsockopt(EVENTS) & POLLIN)
+def send_frames(sock: zmq.Socket[Any], frames: list[Any], identity: bytes | None = None) -> None:
+    """Send one multipart message without blocking (``identity`` first, on a ROUTER).
+
+    Raises zmq.Again when the peer's pipe is full (then nothing was sent: ZeroMQ
+    checks the limit on the first part) and, on a ROUTER_MANDATORY socket,
+    zmq.ZMQError for a peer that is gone. Large blob frames go out zero-copy.
+    """
+    send = sock.send
+    if identity is not None:
+        send(identity, MORE_NOBLOCK)
+    last = len(frames) - 1
+    if last == 0:
+        send(frames[0], NOBLOCK)
+        return
+    for i, f in enumerate(frames):
+        send(f, MORE_NOBLOCK if i < last else NOBLOCK, copy=len(f) < COPY_BELOW)
 
 
 def recv_frames_key(sock: zmq.Socket[Any]) -> tuple[list[bytes], bytes | None]:

@@ -55,9 +55,6 @@ TOPIC_MAX = 200
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
 
 
-_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
-_NOBLOCK = int(zmq.NOBLOCK)
-_COPY_BELOW = 64 * 1024  # frames this small are cheaper copied than tracked zero-copy
 
 
 class Queen:
@@ -981,11 +978,7 @@ class Queen:
             log.warning("cannot encode %s for peer: %s", msg.kind, e)
             return
         try:
-            send = self._router.send
-            send(identity, _MORE)
-            last = len(frames) - 1
-            for i, f in enumerate(frames):
-                send(f, _MORE if i < last else _NOBLOCK, copy=len(f) < _COPY_BELOW)
+            _zio.send_frames(self._router, frames, identity)
         except zmq.ZMQError:
             # Peer gone (ROUTER_MANDATORY) or its pipe full: never block the loop.
             self.counters["dropped_sends"] += 1
