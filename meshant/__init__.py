@@ -3,14 +3,17 @@
 from ._version import __version__
 from .client import AsyncClient, Client, TaskFuture, Update
 from .errors import (
+    ConfigError,
     DeadlineExceeded,
     MeshantError,
     NoForager,
     QueenUnreachable,
     QueueFull,
+    RateLimited,
     Refused,
     TaskCancelled,
     TaskFailed,
+    TooLarge,
 )
 from .forager import Forager, TaskContext
 from .protocol import Blob, Message, ProtocolError
@@ -20,6 +23,7 @@ __all__ = [
     "AsyncClient",
     "Blob",
     "Client",
+    "ConfigError",
     "DeadlineExceeded",
     "Forager",
     "MeshantError",
@@ -29,11 +33,13 @@ __all__ = [
     "Queen",
     "QueenUnreachable",
     "QueueFull",
+    "RateLimited",
     "Refused",
     "TaskCancelled",
     "TaskContext",
     "TaskFailed",
     "TaskFuture",
+    "TooLarge",
     "Update",
     "__version__",
 ]

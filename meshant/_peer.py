@@ -29,7 +29,7 @@ from ._zmqio import EVENTS as _EVENTS
 from ._zmqio import POLLIN as _POLLIN
 from ._zmqio import recv_frames, send_frames
 from .colony_memory import Memory
-from .errors import MeshantError, QueenUnreachable, Refused
+from .errors import ConfigError, MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
 from .security import client_socket, load_public, load_secret
 
@@ -62,6 +62,25 @@ def valid_topic(topic: object) -> bool:
     return isinstance(topic, str) and bool(_TOPIC_RE.match(topic))
 
 
+_ENDPOINT_RE = re.compile(
+    r"^(?:(?:tcp|ws|wss)://(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?:\d{1,5}|\*)(?:/\S*)?"
+    r"|(?:ipc|inproc)://\S+|(?:pgm|epgm|udp|vmci)://\S+)$")
+
+
+def check_endpoint(endpoint: str, what: str = "queen endpoint") -> str:
+    """``endpoint`` if it is a ZeroMQ endpoint this peer can connect to, else ConfigError
+    naming what is wrong (libzmq would only say "Invalid argument", from another thread)."""
+    if not isinstance(endpoint, str) or not _ENDPOINT_RE.match(endpoint):
+        raise ConfigError(
+            f"{what} {endpoint!r} is not a ZeroMQ endpoint: use tcp://HOST:PORT (e.g. "
+            "tcp://127.0.0.1:5670), ipc:///path/to/socket or inproc://name")
+    if endpoint.startswith(("tcp://", "ws://", "wss://")):
+        port = endpoint.rsplit(":", 1)[1].split("/", 1)[0]
+        if port != "*" and not 0 < int(port) < 65536:
+            raise ConfigError(f"{what} {endpoint!r}: the port must be 1-65535")
+    return endpoint
+
+
 def pub_endpoint_for(pub: str, queen: str) -> str:
     """The PUB endpoint to connect to: a wildcard host is replaced by the queen's host."""
     scheme, _, rest = pub.partition("://")
@@ -72,6 +91,14 @@ def pub_endpoint_for(pub: str, queen: str) -> str:
         qhost = queen.partition("://")[2].rpartition(":")[0]
         return f"tcp://{qhost}:{port}" if qhost else pub
     return pub
+
+
+def _size_n(n: int) -> str:
+    return f"{n:,} bytes" if n < 1024 * 1024 else f"{n:,} bytes ({n / 1048576:.1f} MiB)"
+
+
+def _size(frames: list[bytes]) -> str:
+    return _size_n(max(len(f) for f in frames))
 
 
 def backoff(attempt: int) -> float:
@@ -90,7 +117,7 @@ class Peer:
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
         self._follower: Any = None
-        self.queen = "" if discover else resolve_queen(queen)
+        self.queen = "" if discover else check_endpoint(resolve_queen(queen))
         # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
         curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
         queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
@@ -108,10 +135,18 @@ class Peer:
         self.features: frozenset[str] = frozenset()
         self.epoch = ""
         self.reconnects = 0
+        # The queen's largest message (its welcome says; 64 MiB until then): checked here,
+        # before sending, so an oversized message fails clearly and never reaches libzmq's
+        # own limit, which would silently drop the connection.
+        self.max_message = 64 * 1024 * 1024
+        self._died: MeshantError | None = None
+        self._wait_since = 0.0
+        self._next_wait_log = 0.0
         # Proves to the queen that a reconnecting peer is the one that held its name.
         self._session = secrets.token_hex(16)
         self._ctx = context or zmq.Context.instance()
-        self._outbox: deque[p.Message] = deque()
+        # Messages, or frames already encoded (a client's submissions, kept for re-sending).
+        self._outbox: deque[p.Message | list[bytes]] = deque()
         self._calls: deque[Callable[[], None]] = deque()
         self._waker = Waker()
         self._stopping = threading.Event()
@@ -200,6 +235,7 @@ class Peer:
             raise RuntimeError(f"{self.role} already started")
         self._find_queen(timeout)
         self._stopped.clear()
+        self._waiting(time.monotonic())
         self._thread = threading.Thread(target=self._io_main, name=f"meshant-{self.role}",
                                         daemon=True)
         self._thread.start()
@@ -233,8 +269,9 @@ class Peer:
     def connected(self) -> bool:
         return self._welcomed.is_set()
 
-    def send_message(self, msg: p.Message) -> None:
-        """Queue a message for the I/O thread; safe from any thread."""
+    def send_message(self, msg: p.Message | list[bytes]) -> None:
+        """Queue a message (or its encoded frames) for the I/O thread; safe from any
+        thread."""
         self._outbox.append(msg)
         if threading.get_ident() != self._io_ident:
             # The I/O thread flushes its outbox every turn; only others must wake it.
@@ -380,11 +417,17 @@ class Peer:
         self._open_socket()
         try:
             self._io_loop()
-        except Exception:
+        except Exception as e:
             log.exception("%s %s: I/O thread failed", self.role, self.name)
+            self._io_died(e)
         finally:
             self._teardown()
             self._welcomed.set()  # nobody waits forever for a welcome that cannot come
+
+    def _io_died(self, e: BaseException) -> None:
+        """The I/O thread is gone: remember why, so callers are told instead of waiting."""
+        self._died = MeshantError(f"the {self.role}'s I/O thread failed: "
+                                  f"{type(e).__name__}: {e}", code="io-failed")
 
     def _teardown(self) -> None:
         """Say goodbye, close the sockets, the waker and discovery (in the owning thread)."""
@@ -413,26 +456,49 @@ class Peer:
         self._hello_attempt += 1
         self._send_now(msg)
 
-    def _send_now(self, msg: p.Message) -> bool:
-        """Send at once; False if the socket cannot take it now (then nothing was sent)."""
+    def _encode(self, msg: p.Message) -> list[bytes]:
+        """The message's frames; ProtocolError ``too-large`` if one is over the queen's
+        limit (naming both sizes), or if the body cannot be encoded."""
         if not msg.frm:
             msg.frm = self.name
         if not msg.ts:
             msg.ts = time.time()
+        frames = p.binary.encode(msg)
+        limit = self.max_message
+        for f in frames:
+            if len(f) > limit:
+                raise p.ProtocolError(
+                    p.errors.TOO_LARGE, f"the {msg.kind} message is {_size(frames)}, over the "
+                    f"queen's limit of {_size_n(limit)} (its --max-message)")
+        return frames
+
+    def _send_now(self, msg: p.Message | list[bytes]) -> bool:
+        """Send at once; False if the socket cannot take it now (then nothing was sent).
+        Raises ProtocolError for a message that cannot be encoded or is too large."""
+        frames = msg if isinstance(msg, list) else self._encode(msg)
         assert self._sock is not None
         try:
-            send_frames(self._sock, p.binary.encode(msg))
+            send_frames(self._sock, frames)
         except zmq.Again:
             return False  # the pipe to the queen is full: the queen is gone or stalled
         self._last_send = time.monotonic()
         return True
 
-    def _flush(self, outbox: deque[p.Message]) -> None:
+    def _flush(self, outbox: deque[p.Message | list[bytes]]) -> None:
         while outbox:
             msg = outbox.popleft()
-            if not self._send_now(msg):
+            try:
+                sent = self._send_now(msg)
+            except p.ProtocolError as e:
+                self._unsendable(msg, e)
+                continue
+            if not sent:
                 outbox.appendleft(msg)
                 return
+
+    def _unsendable(self, msg: p.Message | list[bytes], e: p.ProtocolError) -> None:
+        kind = msg.kind if isinstance(msg, p.Message) else "message"
+        log.error("%s: cannot send a %s message: %s", self.name, kind, e.message)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -487,9 +553,23 @@ class Peer:
         if isinstance(seq, int) and self.memory._enabled:
             self.memory.on_queen_seq(seq)
 
+    def _waiting(self, now: float) -> None:
+        """Start counting how long we wait for the queen (said at growing intervals)."""
+        self._wait_since = now
+        self._next_wait_log = now + 2.0
+
+    def _say_waiting(self, now: float) -> None:
+        waited = now - self._wait_since
+        where = self.queen or f"colony {self.colony or 'default'}"
+        log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it running, "
+                    "and is the endpoint right? (--queen or MESHANT_QUEEN)", self.name,
+                    where, waited)
+        self._next_wait_log = now + min(60.0, max(2.0, waited))
+
     def _lose_queen(self, now: float, why: str) -> None:
         """The queen is dead or restarted: reconnect on a fresh DEALER and hello again."""
         log.warning("%s: %s; reconnecting", self.name, why)
+        self._waiting(now)
         self._welcomed.clear()
         self._queen_mon = None
         self.reconnects += 1
@@ -501,10 +581,14 @@ class Peer:
     # -- the loop -------------------------------------------------------------------------
 
     def _next_wakeup(self) -> float:
-        return self._next_timer() if self._welcomed.is_set() else self._next_hello
+        if self._welcomed.is_set():
+            return self._next_timer()
+        return min(self._next_hello, self._next_wait_log)
 
     def _timers(self, now: float) -> None:
         if not self._welcomed.is_set():
+            if now >= self._next_wait_log and self._refusal is None:
+                self._say_waiting(now)
             if now >= self._next_hello and self._refusal is None:
                 moved = self._follower.current() if self._follower is not None else None
                 if moved is not None and moved.router != self.queen:
@@ -568,6 +652,11 @@ class Peer:
         self.features = frozenset(b.get("features", ()))
         self.epoch = b["epoch"]
         self._hb_interval = float(b["hb_interval"])
+        limit = b.get("max_message")
+        if isinstance(limit, int) and limit > 0:
+            self.max_message = limit
+        if self.reconnects or self._hello_attempt > 1:
+            log.info("%s: welcomed by the queen at %s", self.name, self.queen)
         self._hello_attempt = 0
         self._name_retried = False
         now = time.monotonic()

@@ -101,8 +101,13 @@ def _stop_on_signals(stop: Any) -> None:
               help="Queued tasks allowed before submissions get 'queue full' at once.")
 @click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
               help="Seconds a task waits for a forager offering its capability before failing.")
-@click.option("--pub-hwm", type=click.IntRange(1), default=10_000, show_default=True,
-              help="Messages queued per subscriber before PUB drops the newest for it.")
+@click.option("--pub-hwm", type=click.IntRange(1), default=None,
+              help="Messages queued per subscriber before PUB drops the newest for it. "
+                   "Default: --pub-buffer / --max-broadcast.")
+@click.option("--pub-buffer", type=click.IntRange(1024), default=64 * 1024 * 1024,
+              show_default=True, help="Bytes the queen may hold for one slow subscriber.")
+@click.option("--max-broadcast", type=click.IntRange(1024), default=128 * 1024,
+              show_default=True, help="Largest broadcast, in bytes ('too-large').")
 @click.option("--mem-max-keys", type=click.IntRange(1), default=10_000, show_default=True,
               help="Keys the colony memory may hold.")
 @click.option("--mem-max-value", type=click.IntRange(1), default=65536, show_default=True,
@@ -145,7 +150,8 @@ def _stop_on_signals(stop: Any) -> None:
               help="Seconds an open circuit waits before letting one trial through.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
-          hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int,
+          hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int | None,
+          pub_buffer: int, max_broadcast: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
@@ -159,6 +165,7 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
         q = Queen(bind, pub, name=name, assign_timeout=assign_timeout,
                   hb_interval=hb_interval, hb_misses=hb_misses, max_queue=max_queue,
                   no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
+                  pub_buffer=pub_buffer, max_broadcast=max_broadcast,
                   mem_max_keys=mem_max_keys, mem_max_value=mem_max_value, colony=colony,
                   advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
                   curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,

@@ -9,7 +9,10 @@ latency for a single-threaded caller). ``AsyncClient`` wraps the threaded client
 from __future__ import annotations
 
 import asyncio
+import heapq
+import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,14 +24,22 @@ import zmq
 
 from . import protocol as p
 from ._peer import Peer
-from .errors import MeshantError, QueenUnreachable, from_error_body
+from .errors import (
+    MeshantError,
+    QueenUnreachable,
+    QueueFull,
+    TooLarge,
+    from_error_body,
+)
+
+log = logging.getLogger("meshant.client")
 
 
 @dataclass(frozen=True, slots=True)
 class Update:
     """A progress report or a partial result of a running task, in the order sent."""
 
-    kind: str  # "progress" or "partial"
+    kind: str  # "progress", "partial", or "callback-error" (your on_progress raised)
     seq: int
     fraction: float | None = None
     note: str | None = None
@@ -38,13 +49,18 @@ class Update:
 class TaskFuture(Future):  # type: ignore[type-arg]
     """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
 
-    def __init__(self, task_id: str, msg: p.Message | None = None,
+    def __init__(self, task_id: str, frames: list[bytes] | None = None,
                  pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
         super().__init__()
         self.task_id = task_id
         self.acknowledged = False
         self.last_seq = 0
-        self._msg = msg
+        # The submission as sent, kept until the task ends: re-sent with the same id
+        # after a reconnect, so nothing the caller submitted is lost with a connection.
+        self._frames = frames
+        self._size = sum(len(f) for f in frames) if frames else 0
+        self._submitted = 0.0
+        self._refusals = 0
         self._pump = pump
         self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
 
@@ -98,6 +114,13 @@ class Client(Peer):
     QueenUnreachable after this many seconds unless it comes back first.
     ``queen=None`` (and no ``MESHANT_QUEEN``), or ``discover=True``: find the queen of
     ``colony`` (or the only colony) by mDNS, and follow it if it moves.
+
+    Every submission stays in the client until its task ends (a bounded outbox of
+    ``max_pending_bytes`` encoded bytes; beyond it ``submit`` raises QueueFull at once) and
+    is sent again, with the same task id, after a reconnect: the queen treats an id it
+    already holds as the same task. A submission the queen refuses as ``rate-limited`` is
+    sent again after the ``retry_after`` it names (with jitter), for at most
+    ``submit_timeout`` seconds; ``retry_queue_full=True`` does the same for ``queue-full``.
     """
 
     role = "client"
@@ -112,6 +135,9 @@ class Client(Peer):
         on_progress: Callable[[str, Update], Any] | None = None,
         threaded: bool = True,
         queen_wait: float = 30.0,
+        submit_timeout: float = 60.0,
+        retry_queue_full: bool = False,
+        max_pending_bytes: int = 256 * 1024 * 1024,
         colony: str | None = None,
         discover: bool | None = None,
         curve_secret: str | None = None,
@@ -126,10 +152,18 @@ class Client(Peer):
         self._requests: dict[str, Future[Any]] = {}
         self._request_msgs: dict[str, p.Message] = {}
         self._resend: list[p.Message] = []
-        self._probes: dict[str, str] = {}
         self._lost_at: float | None = None
         self._lost_why = ""
         self.queen_wait = queen_wait
+        self.submit_timeout = submit_timeout
+        self.retry_queue_full = retry_queue_full
+        self.max_pending_bytes = max_pending_bytes
+        self._pending_bytes = 0
+        self._pending_lock = threading.Lock()
+        # Refused submissions waiting to be sent again: (when, task id); and a pause on
+        # every submission while the queen asks us to slow down.
+        self._retry: list[tuple[float, str]] = []
+        self._hold_until = 0.0
         self._pump = None if threaded else self._pump_until
         self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
         self._handlers.update({
@@ -154,6 +188,7 @@ class Client(Peer):
     def _start_direct(self, timeout: float) -> None:
         self._find_queen(timeout)
         self._io_ident = threading.get_ident()
+        self._waiting(time.monotonic())
         self._open_socket()
         self._say_hello()
         try:
@@ -192,42 +227,80 @@ class Client(Peer):
         if not self._stopped.is_set():
             self._teardown()
 
-    def send_message(self, msg: p.Message) -> None:
+    def send_message(self, msg: p.Message | list[bytes]) -> None:
+        if self._died is not None:
+            raise self._died
         if self.threaded:
             super().send_message(msg)
             return
         self._check_owner()
-        if self._welcomed.is_set() and not self._outbox:
-            self._send_now(msg)
-        else:
-            self._outbox.append(msg)
+        if self._welcomed.is_set() and not self._outbox and time.monotonic() >= (
+                self._hold_until):
+            try:
+                if self._send_now(msg):
+                    return
+            except p.ProtocolError as e:
+                self._unsendable(msg, e)
+                return
+        self._outbox.append(msg)
+
+    def _flush(self, outbox: Any) -> None:
+        if self._hold_until and time.monotonic() < self._hold_until:
+            return  # the queen asked us to slow down: everything waits its turn
+        super()._flush(outbox)
 
     def _refused_unregistered(self, ref: str | None) -> None:
-        fut = self._tasks.get(ref or "")
-        msg = fut._msg if fut is not None else self._request_msgs.get(ref or "")
+        msg = self._request_msgs.get(ref or "")
         if msg is not None:
             self._resend.append(msg)
 
     def _after_welcome(self, first: bool) -> None:
         self._lost_at = None
+        if not first:
+            # Back after losing the queen (or being forgotten by it): every pending
+            # submission goes again, in order, with its own id. Whatever of them still
+            # sat in the outbox goes with them, not twice. The queen answers an id it
+            # holds as the same task (with its result, if it has finished), and runs
+            # one it never saw.
+            kept = [m for m in self._outbox if isinstance(m, p.Message)]
+            self._outbox.clear()
+            self._retry.clear()
+            for fut in list(self._tasks.values()):
+                if fut._frames is not None:
+                    self._outbox.append(fut._frames)
+            self._outbox.extend(kept)
         resend, self._resend = self._resend, []
         for msg in resend:
-            self.send_message(msg)
-        if not first:
-            # Back after losing the queen: ask about every task still pending. A queen
-            # that knows a task answers (with the result if it is done); one that does
-            # not (restarted without a journal) says so, and that future fails.
-            for fut in list(self._tasks.values()):
-                probe = p.Message("task.status", {"task": fut.task_id}, to="queen")
-                self._probes[probe.id] = fut.task_id
-                self.send_message(probe)
+            self._outbox.append(msg)
+        if self._outbox:
+            self._flush(self._outbox)
 
     def _queen_lost(self, now: float, why: str) -> None:
         if self._lost_at is None:
             self._lost_at = now
             self._lost_why = why
 
+    def _next_timer(self) -> float:
+        t = super()._next_timer()
+        if self._retry:
+            t = min(t, self._retry[0][0])
+        if self._hold_until and self._outbox:
+            t = min(t, self._hold_until)
+        return t
+
     def _on_timers(self, now: float) -> None:
+        if self._retry and self._retry[0][0] <= now:
+            due = []
+            while self._retry and self._retry[0][0] <= now:
+                due.append(heapq.heappop(self._retry)[1])
+            for task_id in due:
+                fut = self._tasks.get(task_id)
+                if fut is not None and fut._frames is not None:
+                    self._outbox.append(fut._frames)
+        if self._hold_until and now >= self._hold_until:
+            self._hold_until = 0.0
+        if self._outbox and self._welcomed.is_set():
+            self._flush(self._outbox)
         lost = self._lost_at
         if lost is not None and now - lost >= self.queen_wait and self._tasks:
             err = QueenUnreachable(
@@ -250,11 +323,23 @@ class Client(Peer):
         self._fail_pending(MeshantError("the client was closed before the task finished",
                                         code="closed"))
 
+    def _io_died(self, e: BaseException) -> None:
+        super()._io_died(e)
+        assert self._died is not None
+        self._fail_pending(self._died)
+
+    def _end(self, fut: TaskFuture) -> None:
+        """The task is over for this client: forget it and its kept submission."""
+        if self._tasks.pop(fut.task_id, None) is not None:
+            with self._pending_lock:
+                self._pending_bytes -= fut._size
+        fut._frames = None
+        fut._updates.put(None)
+
     def _fail_pending(self, err: MeshantError) -> None:
         for fut in list(self._tasks.values()):
-            self._tasks.pop(fut.task_id, None)
+            self._end(fut)
             if not fut.done():
-                fut._updates.put(None)
                 fut.set_exception(err)
         for rf in list(self._requests.values()):
             if not rf.done():
@@ -290,6 +375,8 @@ class Client(Peer):
         but gets the first submission's result. ``retry_base``/``retry_cap`` set this
         task's retry backoff (a random wait up to ``min(cap, base * 2**n)``).
         """
+        if self._died is not None:
+            raise self._died
         if self._stopped.is_set():
             raise MeshantError("the client is closed", code="closed")
         if not 0 <= priority <= 99:
@@ -317,9 +404,23 @@ class Client(Peer):
         if retry_cap is not None:
             body["retry_cap"] = retry_cap
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
-        fut = TaskFuture(msg.id, msg, self._pump)
+        try:
+            frames = self._encode(msg)
+        except p.ProtocolError as e:
+            if e.code == p.errors.TOO_LARGE:
+                raise TooLarge(f"cannot submit {capability!r}: {e.message}") from None
+            raise ValueError(f"cannot submit {capability!r}: {e.message}") from None
+        fut = TaskFuture(msg.id, frames, self._pump)
+        if self._pending_bytes + fut._size > self.max_pending_bytes and self._tasks:
+            raise QueueFull(
+                f"the client holds {len(self._tasks)} unfinished submissions of "
+                f"{self._pending_bytes:,} bytes, its limit (max_pending_bytes="
+                f"{self.max_pending_bytes:,}): wait for some results first")
+        fut._submitted = time.monotonic()
+        with self._pending_lock:
+            self._pending_bytes += fut._size
         self._tasks[msg.id] = fut
-        self.send_message(msg)
+        self.send_message(frames)
         return fut
 
     def map(self, capability: str, payloads: Iterable[Any], **kw: Any) -> list[TaskFuture]:
@@ -415,7 +516,19 @@ class Client(Peer):
         u = Update("progress", seq, fraction=b.get("fraction"), note=b.get("note"))
         fut._updates.put(u)
         if self.on_update is not None:
+            self._callback(fut, u)
+
+    def _callback(self, fut: TaskFuture, u: Update) -> None:
+        """Call the user's on_progress; its exception is logged and reported on the task's
+        updates, and never reaches (or stops) the I/O thread."""
+        assert self.on_update is not None
+        try:
             self.on_update(fut.task_id, u)
+        except Exception as e:
+            log.exception("%s: on_progress callback failed for task %s", self.name,
+                          fut.task_id)
+            fut._updates.put(Update("callback-error", u.seq,
+                                    note=f"on_progress raised {type(e).__name__}: {e}"))
 
     def _on_batch(self, msg: p.Message) -> None:
         for item in msg.b["results"]:
@@ -435,47 +548,58 @@ class Client(Peer):
             u = Update("partial", seq, value=_unwrap(b.get("value")))
             fut._updates.put(u)
             if self.on_update is not None:
-                self.on_update(fut.task_id, u)
+                self._callback(fut, u)
             return
-        del self._tasks[fut.task_id]
-        fut._msg = None
-        fut._updates.put(None)
+        self._end(fut)
+        if fut.done():
+            return
         if b.get("state") == "completed":
             fut.set_result(_unwrap(b.get("result")))
         else:
             fut.set_exception(from_error_body(b.get("error") or {}))
 
     def _on_reply(self, msg: p.Message) -> None:
-        task_id = self._probes.pop(msg.ref or "", None)
-        if task_id is not None:
-            final = msg.b.get("final")
-            if isinstance(final, dict) and task_id in self._tasks:
-                self._result(final)
-            return
         fut = self._requests.get(msg.ref or "")
         if fut is not None and not fut.done():
             fut.set_result(msg.b)
+
+    def _back_off(self, fut: TaskFuture, err: dict[str, Any]) -> bool:
+        """A refusal that time cures (rate-limited; queue-full if asked to): send the
+        submission again after the queen's ``retry_after`` (jittered), pausing the
+        others meanwhile. False once ``submit_timeout`` has passed, or for other errors."""
+        code = err.get("code")
+        if code != "rate-limited" and not (code == "queue-full" and self.retry_queue_full):
+            return False
+        now = time.monotonic()
+        if now - fut._submitted >= self.submit_timeout:
+            if code == "rate-limited":
+                err = {**err, "message": f"the queen refused the submission as too fast for "
+                       f"{self.submit_timeout:g} s: {err.get('message', '')}"}
+                fut.set_exception(from_error_body(err))
+            return False
+        fut._refusals += 1
+        after = err.get("retry_after")
+        if not isinstance(after, int | float) or after <= 0:
+            after = min(2.0, 0.05 * 2 ** min(fut._refusals, 6))
+        delay = max(float(after), 0.005) * random.uniform(1.0, 1.5)
+        heapq.heappush(self._retry, (now + delay, fut.task_id))
+        self._hold_until = max(self._hold_until, now + delay)
+        return True
 
     def _on_inbox(self, msg: p.Message) -> None:
         self.inbox.put(msg)
 
     def _on_remote_error(self, msg: p.Message) -> None:
         ref = msg.ref or ""
-        task_id = self._probes.pop(ref, None)
-        if task_id is not None:
-            fut = self._tasks.pop(task_id, None)
-            if fut is not None and not fut.done():
-                fut._updates.put(None)
-                fut.set_exception(MeshantError(
-                    f"the queen restarted and no longer knows task {task_id} (it has no "
-                    "journal of it): submit it again if it is safe to", code="task-lost"))
+        fut = self._tasks.get(ref)
+        if fut is not None:
+            if self._back_off(fut, msg.b):
+                return
+            self._end(fut)
+            if not fut.done():
+                fut.set_exception(from_error_body(msg.b))
             return
         err = from_error_body(msg.b)
-        fut = self._tasks.pop(ref, None)
-        if fut is not None:
-            fut._updates.put(None)
-            fut.set_exception(err)
-            return
         rf = self._requests.get(ref)
         if rf is not None and not rf.done():
             rf.set_exception(err)

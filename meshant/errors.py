@@ -18,6 +18,13 @@ class MeshantError(Exception):
         self.detail = detail
 
 
+class ConfigError(MeshantError, ValueError):
+    """A setting that cannot work (a malformed endpoint, contradictory options): fix the
+    call or the command line. Also a ``ValueError``."""
+
+    code = "bad-config"
+
+
 class QueenUnreachable(MeshantError):
     """No answer from the queen within the timeout: check the endpoint and that it runs."""
 
@@ -34,6 +41,20 @@ class QueueFull(MeshantError):
     """The queen's queue is full: back off and submit again."""
 
     code = "queue-full"
+
+
+class TooLarge(MeshantError):
+    """A message over the queen's size limit (``--max-message``): send less, or raise the
+    limit. The message names the size and the limit."""
+
+    code = "too-large"
+
+
+class RateLimited(MeshantError):
+    """The queen kept refusing a submission as too fast for longer than the client's
+    ``submit_timeout``: submit more slowly, or raise the queen's ``--submit-rate``."""
+
+    code = "rate-limited"
 
 
 class NoForager(MeshantError):
@@ -73,6 +94,8 @@ _BY_CODE: dict[str, type[MeshantError]] = {
     "no-forager": NoForager,
     "deadline-exceeded": DeadlineExceeded,
     "cancelled": TaskCancelled,
+    "too-large": TooLarge,
+    "rate-limited": RateLimited,
 }
 
 
@@ -82,6 +105,7 @@ def from_error_body(err: dict[str, Any]) -> MeshantError:
     message = str(err.get("message", ""))
     cls = _BY_CODE.get(code)
     if cls is not None:
-        return cls(message, code=code)
+        detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
+        return cls(message, code=code, **detail)
     detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     return TaskFailed(message, code=code, remote_type=str(err.get("type", "")), **detail)

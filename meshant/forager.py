@@ -29,6 +29,7 @@ log = logging.getLogger("meshant.forager")
 # A task that finishes within this long sends only its result, which implies acceptance:
 # one message fewer per short task. Longer tasks send task.accept once it has passed.
 ACCEPT_DELAY = 0.002
+RESENT_MAX = 10_000
 
 
 class TaskContext:
@@ -75,7 +76,10 @@ class TaskContext:
             ev.set()
 
     def progress(self, fraction: float | None = None, note: str | None = None) -> None:
-        """Report progress (0.0-1.0) and/or a short note; also renews the task's lease."""
+        """Report progress (0.0-1.0) and/or a short note; also renews the task's lease.
+        Nothing is sent once the task is cancelled."""
+        if self._cancelled:
+            return
         body: dict[str, Any] = {}
         if fraction is not None:
             body["fraction"] = float(fraction)
@@ -84,7 +88,10 @@ class TaskContext:
         self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
 
     def partial(self, value: Any) -> None:
-        """Stream a partial result to the submitter (delivered in order, exactly once)."""
+        """Stream a partial result to the submitter (delivered in order, exactly once).
+        Nothing is sent once the task is cancelled."""
+        if self._cancelled:
+            return
         self._forager.send_message(p.Message(
             "task.result", {"partial": True, "value": _wrap(value)}, ref=self.ref, to="queen"))
 
@@ -164,6 +171,12 @@ class Forager(Peer):
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
         self._message_callbacks: list[Callable[[p.Message], Any]] = []
         self._accepts: dict[str, float] = {}
+        # Final results sent lately, (when, message or batch item): a connection that dies
+        # takes what it had not delivered with it, so these go again after a reconnect
+        # (the queen drops any it already had). Kept for as long as it takes to notice a
+        # dead queen, and at most RESENT_MAX of them.
+        self._sent: deque[tuple[float, Any]] = deque()
+        self._orphans: set[str] = set()
         self._handlers.update({
             "task.assign": self._on_assign,
             "task.assigns": self._on_assigns,
@@ -331,6 +344,11 @@ class Forager(Peer):
         return t
 
     def _on_timers(self, now: float) -> None:
+        sent = self._sent
+        if sent:
+            keep = self._hb_interval * (self._queen_mon.misses if self._queen_mon else 5) + 2.0
+            while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
+                sent.popleft()
         if self.draining and not self.running and not self._outbox:
             self._stopping.set()  # drained: leave (the queen is told on the way out)
         if self._accepts:
@@ -377,9 +395,27 @@ class Forager(Peer):
         else:
             self._send_checked(p.Message("task.batch", {"results": results}, to="queen"))
 
+    def _queen_lost(self, now: float, why: str) -> None:
+        # Results sent lately may have died with the old connection: they go first on
+        # the new one (and the hello lists them, so a restarted queen adopts their tasks).
+        again: list[p.Message] = []
+        for _, item in self._sent:
+            if isinstance(item, p.Message):
+                again.append(item)
+            else:
+                body = {k: v for k, v in item.items() if k != "ref"}
+                again.append(p.Message("task.result", body, ref=item["ref"], to="queen"))
+        self._sent.clear()
+        self._outbox.extendleft(reversed(again))
+
     def _send_checked(self, msg: p.Message) -> None:
         try:
             self._send_now(msg)
+            if msg.kind == "task.batch":
+                now = time.monotonic()
+                self._sent.extend((now, r) for r in msg.b["results"])
+            elif msg.kind == "task.result" and not msg.b.get("partial"):
+                self._sent.append((time.monotonic(), msg))
         except p.ProtocolError as e:
             # The handler returned something msgpack cannot carry: fail the task, clearly.
             if msg.kind == "task.batch":
@@ -390,9 +426,19 @@ class Forager(Peer):
             if msg.kind != "task.result":
                 log.warning("%s: cannot send %s: %s", self.name, msg.kind, e)
                 return
-            self._send_now(p.Message("task.result", {"status": "error", "error": {
-                "type": "EncodeError", "message": f"result cannot be encoded: {e.message}"}},
-                ref=msg.ref, to="queen"))
+            if msg.b.get("partial"):
+                log.error("%s: dropped a partial result of %s: %s", self.name, msg.ref,
+                          e.message)
+                return
+            if e.code == p.errors.TOO_LARGE:
+                # A retry cannot make it smaller: the task fails for good, at once.
+                error = {"type": "TooLarge", "code": "too-large",
+                         "message": f"the result is too large to send: {e.message}"}
+            else:
+                error = {"type": "EncodeError",
+                         "message": f"result cannot be encoded: {e.message}"}
+            self._send_now(p.Message("task.result", {"status": "error", "error": error},
+                                     ref=msg.ref, to="queen"))
 
     def _on_assigns(self, msg: p.Message) -> None:
         for body in msg.b["assigns"]:
@@ -463,6 +509,26 @@ class Forager(Peer):
 
     def _on_halt(self, msg: p.Message) -> None:
         self._stopping.set()
+
+    def _on_remote_error(self, msg: p.Message) -> None:
+        assign = msg.b.get("assign")
+        if msg.b.get("code") == "unknown-task" and isinstance(assign, str):
+            ctx = self.running.get(assign)
+            if assign in self._orphans:
+                return  # said once already
+            self._orphans.add(assign)
+            if len(self._orphans) > RESENT_MAX:
+                self._orphans.clear()
+            if ctx is not None:
+                # The queen no longer knows this assignment (it restarted without it): the
+                # work has no one to go to. Stop it as if cancelled, and say so once.
+                log.warning("%s: the queen does not know task %s (assign %s) any more; "
+                            "stopping its handler", self.name, ctx.task_id, assign)
+                ctx.cancel()
+                if ctx._future is not None:
+                    ctx._future.cancel()
+            return
+        super()._on_remote_error(msg)
 
     def _on_peer_message(self, msg: p.Message) -> None:
         for cb in self._message_callbacks:

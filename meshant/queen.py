@@ -53,6 +53,7 @@ BAD_TOPIC = "bad-topic"
 TOPIC_MAX = 200
 
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
+ROUTER_RCVHWM = 1000  # messages queued from one peer before TCP holds it back
 
 
 
@@ -79,7 +80,9 @@ class Queen:
         max_message: int = 64 * 1024 * 1024,
         max_peers: int = 10_000,
         no_forager_wait: float = 30.0,
-        pub_hwm: int = 10_000,
+        pub_hwm: int | None = None,
+        pub_buffer: int = 64 * 1024 * 1024,
+        max_broadcast: int = 128 * 1024,
         mem_max_keys: int = 10_000,
         mem_max_value: int = 64 * 1024,
         colony: str = "default",
@@ -112,13 +115,13 @@ class Queen:
                                    breaker_cooldown=breaker_cooldown)
         self.terms = p.QueenTerms(epoch=self.epoch, hb_interval=hb_interval,
                                   hb_misses=hb_misses, assign_timeout=assign_timeout,
-                                  queen=name)
+                                  queen=name, max_message=max_message)
         self.endpoint = ""
         self.pub_endpoint = ""
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
                                          "refused_keys": 0, "rate_limited": 0,
-                                         "idempotent_hits": 0}
+                                         "idempotent_hits": 0, "resubmitted": 0}
         self.memory = MemoryStore(mem_max_keys, mem_max_value)
         self.colony = colony
         # Advertise by default only where others could join: not on loopback.
@@ -155,7 +158,12 @@ class Queen:
             self.restored = self.scheduler.restore(
                 self.journal.unfinished(), time.monotonic(), time.time(),
                 grace=self.registry.timeout * 2)
-        self.pub_hwm = pub_hwm
+        # libzmq bounds a pipe in messages: a subscriber's queue holds at most pub_hwm
+        # of them, and a broadcast is at most max_broadcast bytes, so pub_hwm derived from
+        # the byte budget bounds what one slow subscriber can make the queen hold.
+        self.max_broadcast = max_broadcast
+        self.pub_buffer = pub_buffer
+        self.pub_hwm = pub_hwm if pub_hwm is not None else max(64, pub_buffer // max_broadcast)
         self._ctx = context or zmq.Context.instance()
         self._waker = Waker()
         self._stop = threading.Event()
@@ -232,7 +240,9 @@ class Queen:
             # connection is dropped), so it cannot even be buffered.
             router.setsockopt(zmq.MAXMSGSIZE, self.max_message + 65536)
             # Per-peer buffers: at most this many messages queue for (or from) one peer.
-            router.setsockopt(zmq.RCVHWM, self.peer_hwm)
+            # Incoming: a peer that sends faster than the loop reads is held back by TCP
+            # (its own pipe fills), so a small receive queue loses nothing.
+            router.setsockopt(zmq.RCVHWM, min(self.peer_hwm, ROUTER_RCVHWM))
             router.setsockopt(zmq.SNDHWM, self.peer_hwm)
             # A peer reconnecting with an identity it had takes over the old connection.
             router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -274,9 +284,10 @@ class Queen:
                 self.journal.close()
             self._waker.close()
 
-    def _allow(self, key: bytes, now: float, rate: float) -> bool:
-        """Token bucket per peer: ``rate`` per second, bursts of up to a second's worth."""
-        burst = max(10.0, rate)
+    def _allow(self, key: bytes, now: float, rate: float, cost: float = 1.0) -> float:
+        """Token bucket per peer: ``rate`` per second, bursts of up to a second's worth.
+        0.0 when allowed; else how long until it would be (the ``retry_after`` to send)."""
+        burst = max(10.0, rate, cost)
         b = self._buckets.get(key)
         if b is None:
             if len(self._buckets) > 4 * self.registry.max_peers:
@@ -284,11 +295,11 @@ class Queen:
             b = self._buckets[key] = [burst, now]
         tokens = min(burst, b[0] + (now - b[1]) * rate)
         b[1] = now
-        if tokens < 1.0:
+        if tokens < cost:
             b[0] = tokens
-            return False
-        b[0] = tokens - 1.0
-        return True
+            return max(0.001, (cost - tokens) / rate)
+        b[0] = tokens - cost
+        return 0.0
 
     def _start_auth(self) -> None:
         from zmq.auth.thread import ThreadAuthenticator
@@ -413,6 +424,8 @@ class Queen:
             codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
             ref = p.binary.peek_id(frames[1:]) if codec == BINARY else None
             self._error_to(identity, codec, e.code, e.message, ref)
+            if e.code == p.errors.TOO_LARGE and codec == BINARY:
+                self._oversized_result(identity, frames[1:])
             return
         node = self.registry.by_id.get(identity)
         now = time.monotonic()
@@ -442,9 +455,34 @@ class Queen:
             return
         handler(identity, node, msg, codec, now)
 
+    def _oversized_result(self, identity: bytes, frames: list[bytes]) -> None:
+        """A forager's result over the limit (libzmq let it through, just): the task
+        fails at once with too-large, rather than wait out its lease and run again."""
+        node = self.registry.by_id.get(identity)
+        if node is None or node.role != "forager":
+            return
+        try:
+            msg = p.binary.decode(frames, max_frame=self.max_message + 65536)
+        except p.ProtocolError:
+            return
+        size = max(len(f) for f in frames)
+        if msg.kind == "task.result" and not msg.b.get("partial"):
+            refs = [msg.ref]
+        elif msg.kind == "task.batch":
+            refs = [i.get("ref") for i in msg.b["results"] if isinstance(i, dict)]
+        else:
+            return
+        now = time.monotonic()
+        for ref in refs:
+            verdict, att = self.scheduler.lookup(node, ref if isinstance(ref, str) else None)
+            if verdict == "ok" and att is not None:
+                self.scheduler.too_large(att, f"the result from {node.name} is {size:,} bytes, "
+                                         f"over the queen's limit of {self.max_message:,} "
+                                         "(--max-message)", now)
+
     def _on_hello(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                   now: float) -> None:
-        if not self._allow(b"hello:" + identity, now, HELLO_RATE):
+        if self._allow(b"hello:" + identity, now, HELLO_RATE):
             self.counters["rate_limited"] += 1
             self._error_to(identity, codec, RATE_LIMITED,
                            f"more than {HELLO_RATE:g} hellos per second from this connection",
@@ -497,9 +535,16 @@ class Queen:
             if self.scheduler.held:
                 self.scheduler.adopt(new, running, now)
             self.scheduler.forager_joined(new)
+            stale = [r for r in running if isinstance(r, str) and r not in new.in_flight]
         elif previous is not None and previous.identity != identity:
             self.scheduler.client_moved(previous.identity, identity)
         self._send(new, p.Message("welcome", decision.body(self.terms), ref=msg.id))
+        if decision.role == "forager":
+            # Assignments it still runs that this queen no longer holds (it restarted
+            # without them, or gave them to another forager): stop them there.
+            for ref in stale:
+                self._send(new, p.Message("task.cancel", {"task": ref.rpartition(".")[0]},
+                                          ref=ref))
 
     def _on_hb(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                now: float) -> None:
@@ -555,13 +600,18 @@ class Queen:
     def _on_submit(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                    now: float) -> None:
         assert node is not None
-        if not self._allow(identity, now, self.submit_rate):
+        slow = self._allow(identity, now, self.submit_rate)
+        if slow:
             self.counters["rate_limited"] += 1
             self._error_to(identity, codec, RATE_LIMITED,
                            f"more than {self.submit_rate:g} submissions per second from this "
-                           "peer: slow down", msg.id, retry_after=round(1 / self.submit_rate, 3))
+                           "peer: slow down", msg.id, retry_after=round(slow, 4))
             return
         body = msg.b
+        known = self._find_task(msg.id)
+        if known is not None:
+            self._resubmitted(identity, node, msg, codec, known)
+            return
         priority = body.get("priority", 50)
         max_attempts = body.get("max_attempts", 3)
         if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
@@ -607,6 +657,27 @@ class Queen:
             self._later.append((node, p.Message("task.submitted", {"task": task.id},
                                                 ref=msg.id)))
 
+    def _find_task(self, task_id: str) -> Task | None:
+        return self.scheduler.find(task_id)
+
+    def _resubmitted(self, identity: bytes, node: Node, msg: p.Message, codec: str,
+                     task: Task) -> None:
+        """A submission whose id the queen holds: its client sending it again after a
+        reconnect. The same task, not a new one: its results go to the client's current
+        connection, and a result it may have missed is sent now."""
+        if task.client_name != node.name:
+            self._error_to(identity, codec, DUPLICATE_TASK,
+                           f"a task with id {msg.id!r} was submitted by another client: "
+                           "task ids must be unique in the colony", msg.id)
+            return
+        self.counters["resubmitted"] += 1
+        task.client = identity
+        if task.final is not None:
+            self._send(node, p.Message("task.result", task.final, ref=task.id))
+        elif msg.b.get("ack"):
+            self._later.append((node, p.Message("task.submitted", {"task": task.id},
+                                                ref=msg.id)))
+
     def _attach(self, identity: bytes, node: Node, msg: p.Message, task_id: str) -> bool:
         """A submission repeating an idempotency key: attach it to the task it names (or
         answer with its result) instead of running the work again."""
@@ -639,7 +710,7 @@ class Queen:
         else:
             self.scheduler.counters["unknown_results"] += 1
             self._error_to(identity, codec, UNKNOWN_TASK,
-                           f"no assign {ref!r} is known for this forager", msg.id)
+                           f"no assign {ref!r} is known for this forager", msg.id, assign=ref)
         return None
 
     def _on_accept(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
@@ -792,8 +863,16 @@ class Queen:
                            f"use 1-{TOPIC_MAX} characters of A-Z a-z 0-9 . _ : / -", msg.id)
             return
         out = p.Message("broadcast", msg.body, id=msg.id, frm=node.name, ts=msg.ts)
+        frames = p.binary.encode(out)
+        size = sum(len(f) for f in frames)
+        if size > self.max_broadcast:
+            self._error_to(identity, codec, p.errors.TOO_LARGE,
+                           f"the broadcast is {size:,} bytes, over the queen's limit of "
+                           f"{self.max_broadcast:,} (--max-broadcast): send large data as a "
+                           "task payload or in colony memory", msg.id)
+            return
         # One send on PUB reaches every subscriber; "u." keeps user topics apart from ours.
-        self._pub.send_multipart([b"u." + topic.encode(), *p.binary.encode(out)])
+        self._pub.send_multipart([b"u." + topic.encode(), *frames])
         self.counters["broadcasts"] += 1
 
     def _on_memory(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,

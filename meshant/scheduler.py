@@ -46,6 +46,7 @@ E_REJECTED = "rejected"
 E_ATTEMPTS = "attempts-exhausted"
 E_DEADLINE = "deadline-exceeded"
 E_NO_FORAGER = "no-forager"
+E_TOO_LARGE = "too-large"
 # Why an attempt failed (the error's "cause"): the dead-letter classification.
 C_HANDLER = "handler-error"
 C_REJECTED = "rejected"
@@ -398,6 +399,10 @@ class Scheduler:
         else:
             err = body.get("error") if isinstance(body.get("error"), dict) else {}
             etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
+            if err.get("code") == E_TOO_LARGE:
+                # The forager could not send its result: running it again cannot help.
+                self.too_large(att, emsg, now)
+                return
             if task.tries == 0:
                 # Breakers count failing tasks, not one task's retries: a payload its
                 # handler rejects must not shut a capability down, an outage does.
@@ -418,6 +423,15 @@ class Scheduler:
                 self._move(task, QUEUED, now, f"{etype} on {att.node.name}; retry in "
                            f"{delay:.2f} s")
                 self._enqueue(task, now, delay)
+
+    def too_large(self, att: Attempt, message: str, now: float) -> None:
+        """The attempt's result is over the size limit: the task fails at once, for good
+        (a retry would produce the same result)."""
+        task = att.task
+        task.tries += 1
+        self._abandon(task, now, cancel=False)  # it finished: nothing to cancel
+        self._fail(task, now, E_TOO_LARGE, message, cause=E_TOO_LARGE,
+                   forager=att.node.name)
 
     def release(self, att: Attempt) -> None:
         """A forager finished an abandoned attempt: free its slot."""
@@ -575,14 +589,24 @@ class Scheduler:
                         self._wait_for_forager(task, now)
                 continue
             if what == "deadline":
-                self._fail(task, now, E_DEADLINE,
-                           f"the task ran past its timeout of {task.timeout:g} s")
+                if task.state == QUEUED and task.attempt == 0 and not self._anyone_serves(task):
+                    # It never ran: what ended it is that nobody could run it.
+                    self._fail(task, now, E_NO_FORAGER,
+                               f"{self._nobody(task)} joined before the task's timeout of "
+                               f"{task.timeout:g} s ended the wait", cause=C_NO_FORAGER)
+                else:
+                    self._fail(task, now, E_DEADLINE,
+                               f"the task ran past its timeout of {task.timeout:g} s")
             elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
                 task.waiting = False
-                who = f"forager {task.to!r} with " if task.to else "forager offers "
                 self._fail(task, now, E_NO_FORAGER,
-                           f"no {who}capability {task.capability!r} joined within "
-                           f"{task.wait:g} s")
+                           f"{self._nobody(task)} joined within {task.wait:g} s")
+
+    @staticmethod
+    def _nobody(task: Task) -> str:
+        if task.to:
+            return f"no forager named {task.to!r} offering capability {task.capability!r}"
+        return f"no forager offering capability {task.capability!r}"
 
     def _wait_for_forager(self, task: Task, now: float) -> None:
         # Only tasks nobody can serve get a timer: the common case pays nothing for it.

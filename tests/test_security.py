@@ -160,7 +160,7 @@ def test_revoked_key_is_dropped_on_reload(secure: Any) -> None:
 def test_each_limit_answers_with_its_code(colony: Colony) -> None:
     q = colony.start_queen(max_queue=1, max_peers=3, submit_rate=5, max_message=4096,
                            mem_max_keys=1)
-    c = colony.client()
+    c = colony.client(submit_timeout=0)  # rate-limited reaches the caller, not retried
     # queue-full
     futs = [c.submit("nobody", i, wait=60) for i in range(2)]
     with pytest.raises(MeshantError) as e1:

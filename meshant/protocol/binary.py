@@ -159,7 +159,9 @@ def decode(
             raise ProtocolError(TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 1}")
         raise ProtocolError(TRUNCATED, f"header announces {nblobs} blobs, got {n - 1}")
     if size > max_frame or (nblobs and any(len(f) > max_frame for f in frames[1:])):
-        raise ProtocolError(TOO_LARGE, f"a frame exceeds the limit of {max_frame} bytes")
+        big = max(len(f) for f in frames)
+        raise ProtocolError(TOO_LARGE, f"a frame of {big:,} bytes exceeds the limit of "
+                            f"{max_frame:,} bytes")
     body_at = HEADER_SIZE + env_len
     if body_at >= size:
         raise ProtocolError(TRUNCATED, f"header announces a {env_len}-byte envelope and a body, "

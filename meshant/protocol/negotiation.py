@@ -34,6 +34,7 @@ class QueenTerms:
     assign_timeout: float = 300.0
     pub: str = ""
     queen: str = "queen"
+    max_message: int = 64 * 1024 * 1024
     roles: tuple[str, ...] = ROLES
 
 
@@ -64,6 +65,7 @@ class Welcome:
             "pub": terms.pub,
             "queen": terms.queen,
             "name": self.name,
+            "max_message": terms.max_message,
         }
 
 
