@@ -310,18 +310,24 @@ def error_code(e: BaseException) -> str:
     return str(getattr(e, "code", None) or type(e).__name__)
 
 
-def wait_futures(futs: list[Any], timeout: float, label: str) -> collections.Counter[str]:
-    """Wait (bounded) for every future; count outcomes: 'ok' or the error code."""
+def wait_futures(futs: list[Any], timeout: float, label: str,
+                 stall: float = 30.0) -> collections.Counter[str]:
+    """Wait (bounded) for every future; count outcomes: 'ok' or the error code. After
+    ``stall`` seconds without an answer, whatever is still pending counts as 'no answer'."""
     counts: collections.Counter[str] = collections.Counter()
     deadline = time.monotonic() + timeout
     next_note = time.monotonic() + 5
+    gave_up = False
     for i, fut in enumerate(futs):
-        left = deadline - time.monotonic()
+        wait = 0.0 if gave_up else max(0.0, min(stall, deadline - time.monotonic()))
         try:
-            fut.result(max(0.0, left))
+            fut.result(wait)
             counts["ok"] += 1
         except (TimeoutError, concurrent.futures.TimeoutError):
             counts["no answer"] += 1
+            if not gave_up:
+                gave_up = True
+                progress(f"{label}: no answer for {wait:.0f} s; counting the rest")
         except Exception as e:
             counts[error_code(e)] += 1
         if time.monotonic() > next_note:
@@ -598,6 +604,8 @@ def sc_heartbeats(z: Sizes, r: Report, tmp: str) -> None:
                 time.sleep(1)
         finally:
             c.close()
+        r.note(f"{z.hb_foragers:,} real Forager objects (default heartbeat settings: a DEALER "
+               f"and a SUB each) in {z.hb_procs} helper processes; queen journal :memory:")
         r.fig("foragers registered per status()", registered, "", f"{z.hb_foragers:,}",
               registered == z.hb_foragers)
         r.fig("all started and welcomed in", round(join_s, 1), "s")
@@ -755,40 +763,41 @@ def sc_restart(z: Sizes, r: Report, tmp: str) -> None:
 
 def sc_backpressure(z: Sizes, r: Report, tmp: str) -> None:
     n = z.bp_tasks
-    procs: list[Proc] = []
-    try:
-        q = start_queen([], os.path.join(tmp, "bp.db"))
-        procs.append(q)
-        start_echo_foragers(q, 2, procs)
-        r.note("queen at default settings (file journal in a temp dir, default "
-               "--submit-rate); 2 echo foragers; one threaded Client submitting all at once")
-        c = client(q.router, threaded=True)
+    r.note("queen at default settings (default --submit-rate) but for the journal; 2 echo "
+           "foragers; one client calling submit() for every task at once, then waiting")
+    variants = (("default file journal, threaded client", os.path.join(tmp, "bp.db"), True),
+                ("journal :memory:, threaded client", ":memory:", True),
+                ("journal :memory:, direct client", ":memory:", False))
+    for label, journal, threaded in variants:
+        procs: list[Proc] = []
         try:
-            t = time.monotonic()
-            futs = [c.submit("echo", i) for i in range(n)]
-            submit_s = time.monotonic() - t
-            counts = wait_futures(futs, max(120.0, n / 250), "backpressure")
-            secs = time.monotonic() - t
+            q = start_queen([], journal)
+            procs.append(q)
+            start_echo_foragers(q, 2, procs)
+            c = client(q.router, threaded=threaded)
             try:
-                counters = c.status(timeout=30).get("counters", {})
-            except Exception as e:
-                counters = {}
-                r.note(f"status() failed: {e}")
+                t = time.monotonic()
+                futs = [c.submit("echo", i) for i in range(n)]
+                submit_s = time.monotonic() - t
+                counts = wait_futures(futs, max(120.0, n / 250), f"backpressure ({label})")
+                secs = time.monotonic() - t
+                try:
+                    counters = c.status(timeout=30).get("counters", {})
+                except Exception as e:
+                    counters = {}
+                    r.note(f"{label}: status() failed: {e}")
+            finally:
+                c.close()
+            failures = n - counts.get("ok", 0)
+            r.fig(f"{label}: failures of {n:,}", failures, "tasks", "0", failures == 0)
+            for code, k in sorted(counts.items(), key=lambda kv: -kv[1]):
+                if code != "ok":
+                    r.fig(f"{label}:   {code!r}", k, f"({100 * k / n:.1f}%)")
+            r.fig(f"{label}: submit() loop / all answered", f"{submit_s:.1f} / {secs:.1f}", "s")
+            if "rate_limited" in counters:
+                r.fig(f"{label}: queen counter rate_limited", counters["rate_limited"], "")
         finally:
-            c.close()
-        failures = n - counts.get("ok", 0)
-        r.fig(f"failures out of {n:,}", failures, "tasks", "0", failures == 0)
-        for code, k in sorted(counts.items(), key=lambda kv: -kv[1]):
-            if code != "ok":
-                r.fig(f"  failed with {code!r}", k, "tasks", "", None)
-                r.fig(f"  failed with {code!r} share", round(100 * k / n, 1), "%")
-        r.fig("answered ok", counts.get("ok", 0), "tasks")
-        r.fig("submit() loop took", round(submit_s, 2), "s")
-        r.fig("all answered after", round(secs, 1), "s")
-        if "rate_limited" in counters:
-            r.fig("queen counter rate_limited", counters["rate_limited"], "")
-    finally:
-        stop_all(procs)
+            stop_all(procs)
 
 
 SCENARIOS: dict[str, Callable[[Sizes, Report, str], None]] = {
