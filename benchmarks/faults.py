@@ -370,8 +370,9 @@ def run_pipelined(c: Any, n: int, window: int, label: str, capability: str = "ec
 def sc_queue(z: Sizes, r: Report, tmp: str) -> None:
     n = z.queue_tasks
     raised = ["--max-queued", str(max(200_000, 2 * n)), "--submit-rate", "1000000"]
-    r.note(f"queen started with {' '.join(raised)} (defaults 100000 and 10000/s would refuse "
-           "part of the load)")
+    r.note(f"queen started with {' '.join(raised)}: the default --submit-rate (10000/s) "
+           "would refuse part of the load, and the default --max-queued (100000) leaves no "
+           "headroom")
     for label, journal in ((":memory:", ":memory:"), ("file", os.path.join(tmp, "queue.db"))):
         procs: list[Proc] = []
         try:
