@@ -566,7 +566,7 @@ def sc_slow_subscriber(z: Sizes, r: Report, tmp: str) -> None:
         m = mem(q.pid)
         peak = max(s.max, m["VmHWM"])
         r.note("the subscriber is a raw SUB socket (subscribed to everything) never read; "
-               "queen at default settings (--pub-hwm 10000)")
+               "queen at default settings (--pub-hwm derived from --pub-buffer)")
         r.fig(f"sent {sent:,} x {z.slow_size // 1024} KB at", round(sent / secs), "/s")
         r.fig("queen peak RSS (VmHWM)", round(peak, 1), "MB", "< 300 MB", peak < 300)
         r.fig("queen RSS at the end", round(m["VmRSS"], 1), "MB")
