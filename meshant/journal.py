@@ -179,6 +179,7 @@ class Journal:
         self.rounds = 0  # checkpoint-thread rounds, truncations and pruned tasks, for tests
         self.truncations = 0
         self.pruned = 0
+        self._rewound = False
         self._checkpointer: threading.Thread | None = None
         if not readonly and self.path != ":memory:":
             self._checkpointer = threading.Thread(target=self._checkpoints, daemon=True,
@@ -214,9 +215,11 @@ class Journal:
                     if size > self.wal_limit:
                         self._bound_wal(db)
                         next_passive = now + CHECKPOINT_EVERY
-                    elif now >= next_passive:
-                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        next_passive = now + CHECKPOINT_EVERY
+                    else:
+                        self._rewound = False
+                        if now >= next_passive:
+                            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                            next_passive = now + CHECKPOINT_EVERY
                 except sqlite3.Error:
                     pass  # busy now: the next round will do
                 if self._retain is not None and now >= next_prune:
@@ -246,7 +249,8 @@ class Journal:
             if 0 <= log - prev <= TRUNCATE_RESIDUE or self._stop.is_set():
                 break
             prev = log
-        mode = "TRUNCATE" if log == 0 else "RESTART"  # log == 0: rewound, nothing since
+        # Rewound last time and still over: no commit came since to cut the file.
+        mode = "TRUNCATE" if self._rewound else "RESTART"
         if mode == "RESTART":
             self._flush_to_disk()
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -256,6 +260,7 @@ class Journal:
         finally:
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self.truncations += not busy
+        self._rewound = not busy and mode == "RESTART"
 
     def _flush_to_disk(self) -> None:
         # fsync the database and the WAL from here, so the fsyncs the TRUNCATE checkpoint
