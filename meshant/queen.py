@@ -155,6 +155,10 @@ class Queen:
             except JournalError as e:
                 raise MeshantError(str(e), code="bad-journal") from None
             self.scheduler.track_changes = True
+            # Final tasks stay on disk: the scheduler looks them up there (find,
+            # find_key), and the journal's own thread prunes them.
+            self.scheduler.archive = self.journal
+            self.journal.retain(retention, retention_count)
             self.restored = self.scheduler.restore(
                 self.journal.unfinished(), time.monotonic(), time.time(),
                 grace=self.registry.timeout * 2)
@@ -172,7 +176,6 @@ class Queen:
         self._error: BaseException | None = None
         self._started = 0.0
         self._later: list[tuple[Node, p.Message]] = []
-        self._next_prune = 0.0
         self._key: bytes | None = None
         self._buckets: dict[bytes, list[float]] = {}
         self._handlers: dict[str, Callable[[bytes, Node | None, p.Message, str, float], None]] = {
@@ -386,9 +389,6 @@ class Queen:
                 if now >= next_keys:
                     next_keys = now + 2.0
                     self._check_keys(now)
-                    if self.journal is not None and now >= self._next_prune:
-                        self._next_prune = now + 60.0
-                        self.journal.prune(time.time() - self.retention, self.retention_count)
                 for node in self.registry.expired(now):
                     if node.role == "forager":
                         sched.forager_lost(node, now, "forager went silent")
@@ -634,7 +634,7 @@ class Queen:
                 self._error_to(identity, codec, "bad-value",
                                "an idempotency key is a string of 1-200 characters", msg.id)
                 return
-            known = self.scheduler.by_key.get(key)
+            known = self.scheduler.find_key(key)  # in memory, else in the journal
             if known is not None and self._attach(identity, node, msg, known):
                 return
         task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),

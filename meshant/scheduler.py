@@ -164,6 +164,11 @@ class Scheduler:
         self.forager_breakers: dict[str, Breaker] = {}
         self.cap_breakers: dict[str, Breaker] = {}
         self.dlq: OrderedDict[str, Task] = OrderedDict()
+        # Where final tasks that are not in memory are found: the queen's journal (its
+        # find, find_key and has), or None. ``to_wall`` turns its wall-clock times into
+        # this clock's (set by ``restore``).
+        self.archive: Any = None
+        self.to_wall = 0.0
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
@@ -283,7 +288,7 @@ class Scheduler:
 
     def submit(self, task: Task, now: float) -> Task:
         """Queue a new task. Raises QueueFull or DuplicateTask and changes nothing then."""
-        if task.id in self.tasks or task.id in self.done:
+        if self._known(task.id):
             raise DuplicateTask(task.id)
         if self.queued >= self.max_queue:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
@@ -503,28 +508,37 @@ class Scheduler:
         self._move(task, QUEUED, now, why)
         self._enqueue(task, now)
 
+    def _revive(self, r: dict[str, Any]) -> Task:
+        """A Task from a journal row (``Journal.unfinished``/``find``)."""
+        task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
+                    client_name=r["client_name"], priority=r["priority"],
+                    timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
+                    max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
+                    attempt=r["attempt"], tries=r["tries"], restored=True,
+                    key=r.get("idem_key"), retry_base=r.get("retry_base"),
+                    retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")))
+        task.submitted = r["created"] - self.to_wall
+        return task
+
     def restore(self, rows: list[dict[str, Any]], now: float, wall_now: float,
                 grace: float) -> int:
-        """Take back a journal's tasks after a restart; returns how many are unfinished."""
+        """Take back a journal's tasks after a restart; returns how many are unfinished.
+
+        ``rows``: the unfinished tasks and the dead letters (``Journal.unfinished``).
+        Other final tasks stay on disk, found through ``archive`` when asked for."""
+        self.to_wall = wall_now - now
         unfinished = 0
         for r in rows:
-            task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
-                        client_name=r["client_name"], priority=r["priority"],
-                        timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
-                        max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
-                        attempt=r["attempt"], tries=r["tries"], restored=True,
-                        key=r.get("idem_key"))
+            if r["final"] is not None and not r.get("dead"):
+                continue  # finished: the journal keeps it
+            task = self._revive(r)
+            task.order = next(self._order)
+            task.submitted = min(now, task.submitted)
+            if task.final is not None:
+                self.dlq[task.id] = task  # a dead letter: kept for dlq list/show/retry
+                continue
             if task.key is not None:
                 self.by_key[task.key] = task.id
-            task.order = next(self._order)
-            task.submitted = now - max(0.0, wall_now - r["created"])
-            if r["final"] is not None:
-                task.final = r["final"]
-                self.done[task.id] = task
-                if r.get("dead"):
-                    task.dead = True
-                    self.dlq[task.id] = task
-                continue
             unfinished += 1
             self.tasks[task.id] = task
             if task.timeout is not None:
@@ -718,13 +732,16 @@ class Scheduler:
         if self.track_changes:
             self.changed[old.id] = old
         n = 1
-        while f"{old.id}.r{n}" in self.tasks or f"{old.id}.r{n}" in self.done:
+        while self._known(f"{old.id}.r{n}"):
             n += 1
         payload = old.payload
+        # The same work and options, its own retry policy included; not its idempotency
+        # key (the key's answer stays the original's failure).
         new = Task(id=f"{old.id}.r{n}", capability=old.capability, payload=payload,
                    client=client, client_name=client_name, priority=old.priority,
                    timeout=old.timeout, to=old.to, labels=dict(old.labels),
-                   max_attempts=old.max_attempts, wait=old.wait)
+                   max_attempts=old.max_attempts, wait=old.wait,
+                   retry_base=old.retry_base, retry_cap=old.retry_cap)
         return self.submit(new, now)
 
     def dlq_purge(self, task_id: str) -> None:
@@ -750,4 +767,27 @@ class Scheduler:
         return depth
 
     def find(self, task_id: str) -> Task | None:
-        return self.tasks.get(task_id) or self.done.get(task_id)
+        """A task in memory, else a final one from the archive (a transient copy: it is
+        not kept, and changing it changes nothing)."""
+        task = self.tasks.get(task_id) or self.done.get(task_id) or self.dlq.get(task_id)
+        if task is not None or self.archive is None:
+            return task
+        r = self.archive.find(task_id, events=True)
+        if r is None or r["final"] is None:
+            return None
+        task = self._revive(r)
+        task.history = [(e["ts"] - self.to_wall, e["state"], e["why"]) for e in r["events"]]
+        task.logged = len(task.history)
+        return task
+
+    def find_key(self, key: str) -> str | None:
+        """The id of the task submitted with idempotency key ``key``, if any is known."""
+        task_id = self.by_key.get(key)
+        if task_id is not None or self.archive is None:
+            return task_id
+        r = self.archive.find_key(key)
+        return r["id"] if r is not None else None
+
+    def _known(self, task_id: str) -> bool:
+        return task_id in self.tasks or task_id in self.done or task_id in self.dlq or (
+            self.archive is not None and self.archive.has(task_id))

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from meshant import Client, MeshantError, Queen
+from meshant.journal import Journal
+from meshant.scheduler import DuplicateTask, Task
 
-from .conftest import Procs, wait_for
+from .conftest import Colony, Procs, wait_for
 from .test_cli import meshant
 
 HB = ("--hb-interval", "0.2", "--hb-misses", "5")
@@ -214,3 +216,220 @@ def test_crash_after_the_result_delivers_it_once(procs: Procs, tmp_path: Path) -
         r = meshant("tasks", "--journal", journal, "--json", "--limit", "100")
         states = [json.loads(x)["state"] for x in r.stdout.splitlines()]
         assert states.count("completed") == 51 and len(states) == 51
+
+
+# -- a bounded journal, restarts that stay light, schema 2 ---------------------------------
+
+def _finished(i: int, *, key: str | None = None, client: str = "alice",
+              dead: bool = False, **kw: object) -> Task:
+    """A scheduler Task as the queen would journal it once final."""
+    now = time.monotonic()
+    t = Task(id=f"t{i}", capability="echo", payload={"n": i, "pad": "x" * 200},
+             client_name=client, key=key, **kw)  # type: ignore[arg-type]
+    t.submitted = now
+    t.attempt = 1
+    t.state = "failed" if dead else "completed"
+    t.history = [(now, "queued", "submitted"), (now, "assigned", "f1"),
+                 (now, "accepted", "f1"), (now, t.state, "")]
+    body: dict[str, object] = ({"error": {"code": "handler-error", "message": "no"}} if dead
+                               else {"result": {"n": i}})
+    t.final = {**body, "task": t.id, "state": t.state, "attempt": 1, "seq": 1}
+    t.dead = dead
+    return t
+
+
+def _write(path: Path, tasks: list[Task], batch: int = 500) -> None:
+    j = Journal(path)
+    try:
+        for k in range(0, len(tasks), batch):
+            j.record(tasks[k:k + batch], time.time() - time.monotonic())
+    finally:
+        j.close()
+
+
+def _wal_size(path: Path) -> int:
+    try:
+        return Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def test_wal_stays_bounded_while_many_records_are_written(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    limit = 1 << 20
+    j = Journal(path, wal_limit=limit)
+    try:
+        n = 0
+        for _ in range(8):  # each round writes past the limit: 8 times over in all
+            deadline = time.monotonic() + 30
+            before = j.truncations
+            # Until the file is well over, or the checkpoint thread has already seen it
+            # over and rewound the log (it may do so while we write).
+            while _wal_size(path) < 2 * limit and j.truncations == before:
+                assert time.monotonic() < deadline, "the WAL never grew"
+                j.record([_finished(i) for i in range(n, n + 100)],
+                         time.time() - time.monotonic())
+                n += 100
+            # The checkpoint thread brings it back under the bound, the writer never waits
+            # for it.
+            wait_for(lambda: _wal_size(path) <= limit and j.truncations > before,  # noqa: B023
+                     what="the WAL back under its bound")
+        assert j.truncations >= 8
+        assert j.db.execute("SELECT count(*) FROM tasks").fetchone()[0] == n
+    finally:
+        j.close()
+    assert _wal_size(path) == 0
+    j = Journal(path, readonly=True)
+    assert len(j.tasks(limit=n + 1)) == n and j.verify() == []
+    j.close()
+
+
+def test_pruning_runs_on_the_journal_thread_not_the_queens_loop(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    _write(path, [_finished(i) for i in range(40)] + [_finished(99, dead=True)])
+    q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=str(path),
+              retention_count=10)
+    assert q.journal is not None
+    try:
+        # Not started: no loop runs, and the journal's own thread prunes all the same.
+        wait_for(lambda: q.journal.pruned == 30, what="the prune")  # type: ignore[union-attr]
+        rows = q.journal.tasks(limit=100)
+        assert len(rows) == 11 and "t99" in {r["id"] for r in rows}  # a dead letter stays
+        assert not hasattr(q, "_next_prune")
+    finally:
+        q.journal.close()
+
+
+def test_restart_keeps_finished_tasks_on_disk_and_answers_from_there(
+        tmp_path: Path, colony: Colony) -> None:
+    path = tmp_path / "j.db"
+    tasks = [_finished(i, key=f"order-{i}") for i in range(3000)]
+    queued = Task(id="waiting", capability="echo", payload={"w": 1}, client_name="alice")
+    queued.submitted = time.monotonic()
+    queued.history = [(queued.submitted, "queued", "submitted")]
+    _write(path, [*tasks, queued])
+    q = colony.start_queen(journal=str(path))
+    assert len(q.scheduler.done) == 0 and not q.scheduler.by_key  # nothing final in memory
+    assert q.restored == 1 and "waiting" in q.scheduler.tasks
+    c = colony.client(name="alice", queen_wait=10)
+    # An idempotency key whose task finished before the restart: the original result,
+    # from the journal, and nothing runs (no forager is even there to run it).
+    again = c.submit("echo", {"n": "new"}, key="order-1234")
+    assert again.result(10) == {"n": 1234}
+    st = c.status()["counters"]
+    assert st["submitted"] == 0 and st["idempotent_hits"] == 1
+    # A finished task's status, with its result for its submitter (catch-up).
+    ts = c.task_status("t42")
+    assert ts["state"] == "completed" and ts["final"]["result"] == {"n": 42}
+    assert [h[1] for h in ts["history"]] == ["queued", "assigned", "accepted", "completed"]
+    assert len(q.scheduler.done) == 0  # looked up, not loaded
+    # A finished task's id is still taken.
+    with pytest.raises(DuplicateTask):
+        q.scheduler.submit(Task(id="t7", capability="echo"), time.monotonic())
+    # The unfinished one still runs.
+    colony.forager({"echo": lambda x: x}, name="f")
+    wait_for(lambda: c.task_status("waiting")["state"] == "completed", what="the queued task")
+
+
+def test_a_version_1_journal_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_V1)
+    db.executemany("INSERT INTO meta VALUES (?, ?)", [
+        ("app", "meshant-journal"), ("schema_version", "1"), ("created", "0")])
+    db.execute("INSERT INTO tasks VALUES ('old', 'echo', NULL, 'alice', 50, NULL, NULL, NULL, "
+               "3, 30.0, 'queued', 0, 0, NULL, 1.0, 1.0, NULL, 'k', 0)")
+    db.commit()
+    db.close()
+    ro = Journal(path, readonly=True)  # read as it is, not changed
+    (row,) = ro.tasks()
+    assert row["id"] == "old" and row["retry_base"] is None and row["retry_cap"] is None
+    ro.close()
+    assert _meta(path)["schema_version"] == "1"
+    j = Journal(path)
+    try:
+        assert _meta(path)["schema_version"] == "2"
+        (row,) = j.unfinished()
+        assert row["id"] == "old" and row["idem_key"] == "k" and row["retry_base"] is None
+        j.record([_finished(1, retry_base=0.25, retry_cap=2.0)], 0.0)
+        r = j.find("t1")
+        assert r is not None and (r["retry_base"], r["retry_cap"]) == (0.25, 2.0)
+    finally:
+        j.close()
+    Journal(path).close()  # opening a version-2 journal again changes nothing
+    assert _meta(path)["schema_version"] == "2"
+
+
+def _meta(path: Path) -> dict[str, str]:
+    db = sqlite3.connect(path)
+    try:
+        return dict(db.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        db.close()
+
+
+def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    queued = Task(id="q", capability="echo", client_name="alice", retry_base=0.25,
+                  retry_cap=1.5)
+    queued.submitted = time.monotonic()
+    queued.history = [(queued.submitted, "queued", "submitted")]
+    _write(path, [queued, _finished(1, dead=True, key="once", retry_base=0.3, retry_cap=4.0,
+                                    priority=7, max_attempts=5)])
+    q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=str(path))
+    assert q.journal is not None
+    try:
+        s = q.scheduler
+        t = s.tasks["q"]
+        assert (t.retry_base, t.retry_cap) == (0.25, 1.5)
+        dead = s.dlq["t1"]
+        assert (dead.retry_base, dead.retry_cap) == (0.3, 4.0)
+        new = s.dlq_retry("t1", b"c", "bob", time.monotonic())
+        assert new.id == "t1.r1" and new.key is None  # not the key: that stays the original's
+        assert (new.retry_base, new.retry_cap, new.priority, new.max_attempts) == (
+            0.3, 4.0, 7, 5)
+        assert new.payload == {"n": 1, "pad": "x" * 200}
+        q.journal.record(s.changed.values(), time.time() - time.monotonic())
+        r = q.journal.find("t1.r1")
+        assert r is not None and (r["retry_base"], r["retry_cap"]) == (0.3, 4.0)
+        assert q.journal.find("t1")["dead"] == 0  # type: ignore[index]
+        assert q.journal.verify() == []
+    finally:
+        q.journal.close()
+
+
+_SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tasks (
+    id TEXT PRIMARY KEY,
+    capability TEXT NOT NULL,
+    payload BLOB,
+    client_name TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    timeout REAL,
+    to_name TEXT,
+    labels BLOB,
+    max_attempts INTEGER NOT NULL,
+    wait REAL NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    tries INTEGER NOT NULL,
+    forager TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    final BLOB,
+    idem_key TEXT,
+    dead INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX tasks_key ON tasks (idem_key);
+CREATE INDEX tasks_state ON tasks (state);
+CREATE TABLE events (
+    task_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    state TEXT NOT NULL,
+    why TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+"""
