@@ -608,7 +608,7 @@ class Queen:
                            "peer: slow down", msg.id, retry_after=round(slow, 4))
             return
         body = msg.b
-        known = self._find_task(msg.id)
+        known = self.scheduler.known(msg.id)
         if known is not None:
             self._resubmitted(identity, node, msg, codec, known)
             return
@@ -643,7 +643,7 @@ class Queen:
                     max_attempts=max_attempts, wait=wait, key=key,
                     retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"))
         try:
-            self.scheduler.submit(task, now)
+            self.scheduler.submit(task, now, unknown=True)
         except QueueFull as e:
             self._error_to(identity, codec, QUEUE_FULL, f"queue full: {e}", msg.id)
             return
@@ -656,9 +656,6 @@ class Queen:
             # path of the task, the acknowledgement is not.
             self._later.append((node, p.Message("task.submitted", {"task": task.id},
                                                 ref=msg.id)))
-
-    def _find_task(self, task_id: str) -> Task | None:
-        return self.scheduler.find(task_id)
 
     def _resubmitted(self, identity: bytes, node: Node, msg: p.Message, codec: str,
                      task: Task) -> None:

@@ -286,9 +286,10 @@ class Scheduler:
 
     # -- events in ------------------------------------------------------------------------
 
-    def submit(self, task: Task, now: float) -> Task:
-        """Queue a new task. Raises QueueFull or DuplicateTask and changes nothing then."""
-        if self._known(task.id):
+    def submit(self, task: Task, now: float, *, unknown: bool = False) -> Task:
+        """Queue a new task. Raises QueueFull or DuplicateTask and changes nothing then.
+        ``unknown=True``: the caller has just checked that the id is new (``known``)."""
+        if not unknown and self._known(task.id):
             raise DuplicateTask(task.id)
         if self.queued >= self.max_queue:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
@@ -787,6 +788,14 @@ class Scheduler:
             return task_id
         r = self.archive.find_key(key)
         return r["id"] if r is not None else None
+
+    def known(self, task_id: str) -> Task | None:
+        """The task with this id if it exists anywhere (memory or archive), else None;
+        a new id costs one primary-key probe of the archive."""
+        task = self.tasks.get(task_id) or self.done.get(task_id) or self.dlq.get(task_id)
+        if task is None and self.archive is not None and self.archive.has(task_id):
+            task = self.find(task_id)
+        return task
 
     def _known(self, task_id: str) -> bool:
         return task_id in self.tasks or task_id in self.done or task_id in self.dlq or (

@@ -23,7 +23,7 @@ from meshant import (
 )
 from meshant.builtin import BUILTINS
 
-from .conftest import Colony
+from .conftest import Colony, wait_for
 
 
 def echo(x: Any) -> Any:
@@ -85,13 +85,23 @@ def test_routing_by_labels_and_name(colony: Colony) -> None:
 
 def test_reject_goes_to_another_forager(colony: Colony) -> None:
     colony.start_queen()
-    picky = colony.forager({"echo": echo}, name="picky")
-    picky.draining = True  # rejects everything with reason "draining"
-    colony.forager({"echo": lambda p: "other"}, name="other", start=False)
+    release = threading.Event()
+
+    def other(payload: Any) -> str:
+        if payload == "block":
+            release.wait(10)
+        return "other"
+
+    colony.forager({"echo": other}, name="other", slots=1)
     c = colony.client()
-    fut = c.submit("echo", 1, to=None)
-    colony.foragers[-1].start()
-    assert fut.result(10) == "other"
+    blocker = c.submit("echo", "block", to="other")
+    wait_for(lambda: c.task_status(blocker.task_id)["state"] == "accepted", 10, "busy other")
+    picky = colony.forager({"echo": echo}, name="picky")
+    picky.handlers.pop("echo")  # announced echo, but rejects it ("no handler")
+    fut = c.submit("echo", 1)  # only picky is free: it rejects, and the task waits
+    wait_for(lambda: c.status()["counters"]["rejected"] == 1, 10, "the rejection")
+    release.set()
+    assert fut.result(10) == "other" and blocker.result(10) == "other"
 
 
 def test_unknown_capability_is_rejected_then_fails(colony: Colony) -> None:
