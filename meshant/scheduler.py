@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -197,6 +198,9 @@ class Scheduler:
             "dead_lettered": 0,
         }
         self._order = itertools.count()
+        # No lease of a running attempt ends before this: tick() scans the foragers only
+        # from then on (leases only ever move later, new attempts lower it).
+        self._lease_due = math.inf
         self._timer_n = itertools.count(1)
         self.dirty = False
         self._now = 0.0
@@ -556,6 +560,7 @@ class Scheduler:
                 att.node = new
                 new.in_flight[att.id] = att
                 att.lease = now + self.assign_timeout
+                self._lease_due = min(self._lease_due, att.lease)
             elif att.live and att.task.current is att:
                 self._reissue(att.task, now, f"{new.name} restarted without it", avoid=False)
         self.dirty = True
@@ -652,6 +657,7 @@ class Scheduler:
             del self.held[ref]
             att.node = node
             att.lease = now + self.assign_timeout
+            self._lease_due = min(self._lease_due, att.lease)
             node.in_flight[ref] = att
             n += 1
         return n
@@ -664,15 +670,22 @@ class Scheduler:
                 if att.live and att.task.current is att:
                     self._reissue(att.task, now, "not reported by its forager after the "
                                   "queen restarted", avoid=False)
-        for node in self.registry.foragers():
-            for att in list(node.in_flight.values()):
-                if att.lease <= now:
-                    if att.live and att.task.current is att:
-                        self._reissue(att.task, now, f"assign timeout on {node.name}",
-                                      cause=C_TIMEOUT)
-                    else:
-                        node.in_flight.pop(att.id, None)
-                        self.dirty = True
+        if now >= self._lease_due:
+            due = math.inf
+            for node in self.registry.foragers():
+                if not node.in_flight:
+                    continue
+                for att in list(node.in_flight.values()):
+                    if att.lease <= now:
+                        if att.live and att.task.current is att:
+                            self._reissue(att.task, now, f"assign timeout on {node.name}",
+                                          cause=C_TIMEOUT)
+                        else:
+                            node.in_flight.pop(att.id, None)
+                            self.dirty = True
+                    elif att.lease < due:
+                        due = att.lease
+            self._lease_due = due
         timers = self.timers
         while timers and timers[0][0] <= now:
             _, n, task_id, what = heapq.heappop(timers)
@@ -803,6 +816,8 @@ class Scheduler:
                       now + self.assign_timeout)
         task.current = att
         node.in_flight[att.id] = att
+        if att.lease < self._lease_due:
+            self._lease_due = att.lease
         self.attempts[att.id] = att
         self._move(task, ASSIGNED, now, node.name)
         self.out.append(("assign", node, att))
