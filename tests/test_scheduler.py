@@ -501,3 +501,40 @@ def test_a_queued_task_carries_no_per_task_containers() -> None:
     for t in (a, b):
         assert t.avoid is None and t.rejected is None and t.reasons is None
         assert t._watchers is None
+
+
+def test_liveness_checks_skip_until_due_but_never_miss_a_deadline() -> None:
+    from meshant.heartbeat import HeartbeatMonitor
+
+    m = HeartbeatMonitor(interval=1.0, misses=3)
+    m.add("a", 0.0)
+    m.add("b", 0.5)
+    assert m.check(2.9) == []
+    m.beat("a", 2.0)
+    assert m.check(3.4) == []
+    assert m.check(3.5) == ["b"]  # exactly misses x interval after it was last heard
+    m.add("short", 3.5, timeout=0.5)  # added after the last scan, with an earlier deadline
+    assert m.check(4.0) == ["short"]
+    assert m.check(5.0) == ["a"]
+    m.beat("b", 6.0)  # back online: its new deadline counts
+    assert m.check(8.9) == [] and m.check(9.0) == ["b"]
+    assert m.check(100.0) == []
+
+
+def test_lease_checks_skip_until_due_but_never_miss_a_lease() -> None:
+    c = Colony(assign_timeout=5.0)
+    f = c.forager("f1", slots=2)
+    c.submit("early")
+    c.step()  # lease until 5
+    c.step(3.0)
+    c.submit("late")
+    c.step()  # lease until 8
+    c.step(1.0)
+    c.s.renew(f, ["early.1"], c.now)  # moved to 9, later than "late"'s
+    assert c.step(3.9) == []
+    out = c.step(0.1)
+    assert [a[2].id for a in out if a[0] == "cancel"] == ["late.1"]
+    assert "early.1" in f.in_flight
+    assert c.step(0.9) == []
+    out = c.step(0.1)
+    assert [a[2].id for a in out if a[0] == "cancel"] == ["early.1"]
