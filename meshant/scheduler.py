@@ -69,7 +69,7 @@ class DuplicateTask(Exception):
 _NO_LABELS: dict[str, Any] = {}
 # Which Task field holds the id of a task's pending timer of each kind (0: none pending).
 _TIMER_FIELD = {"deadline": "deadline_timer", "wait": "waiting", "retry": "retry_timer"}
-_COMPACT_MIN = 64  # heaps smaller than this are never compacted
+_COMPACT_MIN = 64  # a queue heap smaller than this is rebuilt at its first stale entry
 
 
 @dataclass(slots=True, eq=False)
