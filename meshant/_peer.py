@@ -371,10 +371,12 @@ class Peer:
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
-        # ZMTP pings find a dead TCP peer even when nothing else is being sent.
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-        sock.setsockopt(zmq.HEARTBEAT_TTL, 10000)
+        # ZMTP pings find a dead TCP peer even when nothing else is being sent. Rare: the
+        # queen's own heartbeat tells us it is alive (we reconnect when it stops), and
+        # each ping costs the queen's I/O thread a read and a write per peer.
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 10_000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 30_000)
         self._secure(sock)
         sock.connect(self.queen)
         self._sock = sock

@@ -476,30 +476,66 @@ def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
             for k in ("p50", "p99")]
 
 
+def forager_swarm(endpoint: str, n: int, prefix: str) -> None:
+    """``n`` real, idle :class:`Forager` objects in this process (one trivial handler,
+    default settings: each with its own I/O thread, sockets, heartbeats and SUB), as the
+    heartbeats scenario's helper: prints a JSON ready line once all are welcomed."""
+    import json
+    import signal
+
+    from .forager import Forager
+
+    foragers = []
+    for i in range(n):
+        f = Forager(endpoint, name=f"{prefix}-{i}", discover=False)
+        f.add_handler("echo", lambda x: x)
+        f.start(timeout=None)
+        foragers.append(f)
+    deadline = time.monotonic() + 120
+    while not all(f.connected for f in foragers):
+        if time.monotonic() > deadline:
+            sys.exit(f"{prefix}: not all {n} foragers were welcomed")
+        time.sleep(0.1)
+    print(json.dumps({"event": "ready", "foragers": n}), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    while True:
+        time.sleep(3600)
+
+
 def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> list[Row]:
-    """The queen's CPU while many idle foragers heartbeat (many DEALERs in one process)."""
+    """The queen's CPU (all its threads, libzmq's I/O thread included) while many idle
+    real foragers heartbeat: :class:`Forager` objects, up to 250 per helper process, so
+    the queen sees exactly what real ones send (hb bodies, ZMTP pings, their SUBs)."""
     rows = []
     seconds = 2.0 if sizes.seq < 1000 else 5.0
+    per_proc = 250
     for n in peers:
         q = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
                           "--json", "--hb-interval", "1.0", "--journal", ":memory:"])
+        swarm: list[subprocess.Popen[str]] = []
         try:
             ep = _procs.read_json_line(q, 20)["router"]
-            sim = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "hbsim", ep, str(n)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                _procs.read_json_line(sim, 60)
-                time.sleep(1.5)  # past the joining burst
-                c0 = _cpu_seconds(q.pid)
-                time.sleep(seconds)
-                used = _cpu_seconds(q.pid) - c0
-            finally:
-                _procs.stop([sim])
+            for k in range(0, n, per_proc):
+                swarm.append(subprocess.Popen(
+                    [sys.executable, "-c", "import sys; from meshant.bench import "
+                     "forager_swarm as f; f(sys.argv[1], int(sys.argv[2]), sys.argv[3])",
+                     ep, str(min(per_proc, n - k)), f"hb{k // per_proc}"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+            for proc in swarm:
+                _procs.read_json_line(proc, 180)
+            time.sleep(2.0)  # past the joining burst
+            c0 = _cpu_seconds(q.pid)
+            time.sleep(seconds)
+            used = _cpu_seconds(q.pid) - c0
         finally:
+            _procs.stop(swarm)
             _procs.stop([q])
         rows.append(Row(f"heartbeats: {n} idle foragers, 1 s interval", "queen CPU", "%",
                         used / seconds * 100, None,
-                        extra={"cpu_us_per_heartbeat": round(used / seconds / n * 1e6, 1)}))
+                        extra={"cpu_us_per_heartbeat": round(used / seconds / n * 1e6, 1),
+                               "foragers": "real Forager objects, "
+                                           f"{len(swarm)} process(es)"}))
     return rows
 
 
@@ -535,7 +571,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                      lambda z: run_fanout(z, 10)),
     "broadcast-50": ("broadcast fan-out latency to 50 subscribers",
                      lambda z: run_fanout(z, 50)),
-    "heartbeats": ("the queen's CPU with 100 and 1000 idle foragers heartbeating",
+    "heartbeats": ("the queen's CPU with 100 and 1000 idle real foragers heartbeating",
                    run_heartbeat_cost),
     "journal": ("round trip and throughput with the queen's journal off and on",
                 run_journal),

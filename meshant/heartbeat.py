@@ -4,12 +4,19 @@ A peer is *offline* once ``misses`` whole intervals have passed since it was las
 (``now - last >= interval * misses``). ``check`` reports each peer going offline exactly
 once; hearing it again brings it back online (reported by ``beat``). Callbacks are the
 caller's business: the monitor only returns what changed, so nothing runs under a lock.
+
+``check`` is called often (the queen: every 50 ms) and there may be thousands of peers,
+so it keeps the earliest time any peer could go offline and scans only from then on:
+a beat only moves a peer's deadline later, so that time stays a safe lower bound.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+
+_EARLY = 1e-6  # scan this much early: float rounding never delays a verdict
 
 
 @dataclass(slots=True)
@@ -28,6 +35,7 @@ class HeartbeatMonitor:
         self.interval = interval
         self.misses = misses
         self._peers: dict[Hashable, _Peer] = {}
+        self._due = math.inf  # no online peer can go offline before this
 
     @property
     def timeout(self) -> float:
@@ -35,7 +43,8 @@ class HeartbeatMonitor:
 
     def add(self, peer: Hashable, now: float, timeout: float | None = None) -> None:
         """Start watching ``peer`` (heard at ``now``); ``timeout`` overrides interval*misses."""
-        self._peers[peer] = _Peer(now, timeout if timeout is not None else self.timeout)
+        p = self._peers[peer] = _Peer(now, timeout if timeout is not None else self.timeout)
+        self._due = min(self._due, now + p.timeout - _EARLY)
 
     def remove(self, peer: Hashable) -> None:
         self._peers.pop(peer, None)
@@ -48,6 +57,7 @@ class HeartbeatMonitor:
         p.last = now
         if not p.online:
             p.online = True
+            self._due = min(self._due, now + p.timeout - _EARLY)
             return True
         return False
 
@@ -66,11 +76,18 @@ class HeartbeatMonitor:
 
     def check(self, now: float) -> list[Hashable]:
         """Peers that went offline since the last check; each is reported once."""
+        if now < self._due:
+            return []
         gone = []
+        due = math.inf
         for key, p in self._peers.items():
-            if p.online and now - p.last >= p.timeout:
-                p.online = False
-                gone.append(key)
+            if p.online:
+                if now - p.last >= p.timeout:
+                    p.online = False
+                    gone.append(key)
+                elif p.last + p.timeout < due:
+                    due = p.last + p.timeout
+        self._due = due - _EARLY
         return gone
 
     def next_deadline(self) -> float | None:

@@ -249,10 +249,15 @@ class Queen:
             router.setsockopt(zmq.SNDHWM, self.peer_hwm)
             # A peer reconnecting with an identity it had takes over the old connection.
             router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-            # ZMTP pings drop dead TCP peers' pipes, so nothing queues for them.
-            ivl = max(100, int(self.registry.hb_interval * 1000))
-            router.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-            router.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * self.registry.hb_misses)
+            # ZMTP pings drop dead TCP peers' pipes, so nothing queues for them. Liveness
+            # is the application heartbeat (a silent forager is offline after hb_misses x
+            # hb_interval); the pings only reclaim pipes, so they go every two liveness
+            # timeouts (10 s by default): each is a wakeup and a write plus a read per
+            # peer in libzmq's I/O thread, most of the queen's cost with 1,000 foragers
+            # when it was every interval. A dead peer's pipe goes within ~20 s.
+            zmtp = max(1000, int(self.registry.timeout * 2000))
+            router.setsockopt(zmq.HEARTBEAT_IVL, zmtp)
+            router.setsockopt(zmq.HEARTBEAT_TIMEOUT, zmtp)
             # A subscriber that falls this many messages behind loses the newest ones
             # (PUB drops, never blocks): the queen's memory stays bounded.
             pub.setsockopt(zmq.SNDHWM, self.pub_hwm)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,8 +66,18 @@ class DuplicateTask(Exception):
     """A task with this id is already known."""
 
 
+# Tasks without labels share this one (never mutated): an empty dict per task is 64 bytes.
+_NO_LABELS: dict[str, Any] = {}
+# Which Task field holds the id of a task's pending timer of each kind (0: none pending).
+_TIMER_FIELD = {"deadline": "deadline_timer", "wait": "waiting", "retry": "retry_timer"}
+_COMPACT_MIN = 64  # a queue heap smaller than this is rebuilt at its first stale entry
+
+
 @dataclass(slots=True, eq=False)
 class Task:
+    """One task. 100,000 may sit in a queue, so what most tasks never use stays ``None``
+    (``avoid``, ``rejected``, ``reasons``, the watchers) until first needed."""
+
     id: str
     capability: str
     payload: Any = None
@@ -85,23 +97,45 @@ class Task:
     submitted: float = 0.0
     deadline: float | None = None
     current: Attempt | None = None
-    avoid: set[bytes] = field(default_factory=set)
-    rejected: set[bytes] = field(default_factory=set)
-    reasons: list[str] = field(default_factory=list)
+    avoid: set[bytes] | None = None  # connections not to assign it to again
+    rejected: set[bytes] | None = None  # connections that rejected it
+    reasons: list[str] | None = None  # why its attempts failed, oldest first
     history: list[tuple[float, str, str]] = field(default_factory=list)
     final: dict[str, Any] | None = None
-    waiting: bool = False
+    # Ids of this task's pending timers (0: none): a timer whose id no longer matches is
+    # stale, and the scheduler drops stale timers as soon as they are most of the heap.
+    waiting: int = 0  # waiting for a forager offering its capability
+    deadline_timer: int = 0
+    retry_timer: int = 0  # in a retry backoff (queued, but not in its queue's heap)
     logged: int = 0  # history entries already journaled
     restored: bool = False
     key: str | None = None  # idempotency key
     dead: bool = False  # in the dead-letter queue
     retry_base: float | None = None  # this task's backoff, else the queen's
     retry_cap: float | None = None
-    watchers: list[tuple[bytes, str, str]] = field(default_factory=list)
+    _watchers: list[tuple[bytes, str, str]] | None = None
+
+    @property
+    def watchers(self) -> list[tuple[bytes, str, str]]:
+        """Later submissions with this task's idempotency key: (identity, name, alias)."""
+        if self._watchers is None:
+            self._watchers = []
+        return self._watchers
 
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
+
+    def add_reason(self, why: str) -> list[str]:
+        if self.reasons is None:
+            self.reasons = []
+        self.reasons.append(why)
+        return self.reasons
+
+    def add_avoid(self, identity: bytes) -> None:
+        if self.avoid is None:
+            self.avoid = set()
+        self.avoid.add(identity)
 
 
 @dataclass(slots=True, eq=False)
@@ -112,6 +146,17 @@ class Attempt:
     number: int
     lease: float
     live: bool = True
+
+
+def _slim(task: Task) -> None:
+    """Share what many tasks repeat: one capability string, no empty dict each."""
+    task.capability = sys.intern(task.capability)
+    if task.client_name:
+        task.client_name = sys.intern(task.client_name)
+    if task.to is not None:
+        task.to = sys.intern(task.to)
+    if not task.labels:
+        task.labels = _NO_LABELS
 
 
 class Scheduler:
@@ -139,7 +184,14 @@ class Scheduler:
         self.attempts: dict[str, Attempt] = {}
         self.queues: dict[str, list[tuple[int, int, str]]] = {}
         self.queued = 0
+        # Entries of tasks that left a queue without being popped, per capability: the
+        # heap is rebuilt once they are half of it.
+        self._queue_stale: dict[str, int] = {}
+        # (when, id, task id, kind): a heap, with lazily deleted entries. Those of tasks
+        # that left the queue or finished are stale; counting the live ones lets the heap
+        # be compacted when it is mostly stale (and emptied when nothing is live).
         self.timers: list[tuple[float, int, str, str]] = []
+        self._live_timers = 0
         self.out: list[tuple[Any, ...]] = []
         self.counters: dict[str, int] = {
             "submitted": 0, "completed": 0, "failed": 0, "cancelled": 0, "reissued": 0,
@@ -147,7 +199,10 @@ class Scheduler:
             "dead_lettered": 0,
         }
         self._order = itertools.count()
-        self._timer_n = itertools.count()
+        # No lease of a running attempt ends before this: tick() scans the foragers only
+        # from then on (leases only ever move later, new attempts lower it).
+        self._lease_due = math.inf
+        self._timer_n = itertools.count(1)
         self.dirty = False
         self._now = 0.0
         # Tasks changed since the journal last looked (it drains this once per turn);
@@ -193,12 +248,67 @@ class Scheduler:
             self._wait_for_forager(task, now)
 
     def _timer(self, when: float, task: Task, what: str) -> None:
-        heapq.heappush(self.timers, (when, next(self._timer_n), task.id, what))
+        n = next(self._timer_n)
+        field_ = _TIMER_FIELD[what]
+        if getattr(task, field_):
+            self._live_timers -= 1  # replaced: the old entry is stale from now on
+        setattr(task, field_, n)
+        heapq.heappush(self.timers, (when, n, task.id, what))
+        self._live_timers += 1
+
+    def _untimer(self, task: Task, what: str) -> None:
+        """Forget ``task``'s pending timer of kind ``what`` (its heap entry goes stale)."""
+        field_ = _TIMER_FIELD[what]
+        if getattr(task, field_):
+            setattr(task, field_, 0)
+            self._live_timers -= 1
+            self._compact_timers()
+
+    def _timer_live(self, entry: tuple[float, int, str, str]) -> bool:
+        task = self.tasks.get(entry[2])
+        return task is not None and getattr(task, _TIMER_FIELD[entry[3]]) == entry[1]
+
+    def _compact_timers(self) -> None:
+        timers = self.timers
+        if self._live_timers <= 0:
+            self._live_timers = 0
+            timers.clear()  # in place: tick() may be walking it
+        elif len(timers) > 2 * self._live_timers:
+            # Stale entries never outnumber live ones; amortized O(1) per stale entry.
+            live = [e for e in timers if self._timer_live(e)]
+            heapq.heapify(live)
+            timers[:] = live
+            self._live_timers = len(live)
+
+    def _compact_queues(self) -> None:
+        """Rebuild the queues whose entries are mostly those of tasks gone from them."""
+        for cap, stale in list(self._queue_stale.items()):
+            heap = self.queues.get(cap)
+            if heap is None:
+                del self._queue_stale[cap]
+                continue
+            if stale * 2 < len(heap) and len(heap) >= _COMPACT_MIN:
+                continue
+            tasks = self.tasks
+            live = [e for e in heap if (t := tasks.get(e[2])) is not None
+                    and t.state == QUEUED and t.order == e[1] and not t.retry_timer]
+            del self._queue_stale[cap]
+            if live:
+                heapq.heapify(live)
+                heap[:] = live
+            else:
+                del self.queues[cap]
 
     def _finish(self, task: Task, state: str, now: float, body: dict[str, Any]) -> None:
         """Make ``task`` final and emit its one and only final result."""
         if task.state == QUEUED:
             self.queued -= 1
+            if not task.retry_timer:
+                # Its queue entry stays behind, stale, until the queue is compacted.
+                cap = task.capability
+                self._queue_stale[cap] = self._queue_stale.get(cap, 0) + 1
+        for what in ("deadline", "wait", "retry"):
+            self._untimer(task, what)
         self._move(task, state, now, body.get("error", {}).get("code", "") if state == FAILED
                    else "")
         self.counters[state] += 1
@@ -210,7 +320,7 @@ class Scheduler:
         if state != FAILED:
             task.payload = None  # no longer needed (a failed task's may be retried)
         self.out.append(("deliver", task, "task.result", body))
-        for identity, name, alias in task.watchers:
+        for identity, name, alias in task._watchers or ():
             # Later submissions with the same idempotency key get the same result.
             self.out.append(("watch", identity, name, {**body, "task": alias,
                                                         "original": task.id}))
@@ -262,10 +372,10 @@ class Scheduler:
                        **extra: Any) -> None:
         """An attempt failed: retry after a jittered backoff, or give up (dead letter)."""
         task.tries += 1
-        task.reasons.append(why)
+        reasons = task.add_reason(why)
         if task.tries >= task.max_attempts:
             self._fail(task, now, code, f"gave up after {task.tries} attempts; last: {why}",
-                       cause=cause, reasons=task.reasons, **extra)
+                       cause=cause, reasons=reasons, **extra)
             return
         delay = self._delay(task)
         self.counters["retried"] += 1
@@ -295,7 +405,11 @@ class Scheduler:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
         task.order = next(self._order)
         task.submitted = now
-        task.history.append((now, QUEUED, "submitted"))
+        _slim(task)
+        if task.history:
+            task.history.append((now, QUEUED, "submitted"))
+        else:
+            task.history = [(now, QUEUED, "submitted")]  # exactly sized
         if self.track_changes:
             self.changed[task.id] = task
         self.tasks[task.id] = task
@@ -350,9 +464,11 @@ class Scheduler:
     def reject(self, att: Attempt, reason: str, now: float) -> None:
         task = att.task
         self.counters["rejected"] += 1
-        task.avoid.add(att.node.identity)
+        task.add_avoid(att.node.identity)
+        if task.rejected is None:
+            task.rejected = set()
         task.rejected.add(att.node.identity)
-        task.reasons.append(f"{att.node.name}: {reason}")
+        task.add_reason(f"{att.node.name}: {reason}")
         self._abandon(task, now, cancel=False)
         self._move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
         self._enqueue(task, now)
@@ -389,7 +505,7 @@ class Scheduler:
         if status == "cancelled":
             # The forager gave the task up (it is stopping) without being asked to:
             # the task is not at fault, so it moves on without using up an attempt.
-            task.avoid.add(att.node.identity)
+            task.add_avoid(att.node.identity)
             self._abandon(task, now, cancel=False)
             self.counters["reissued"] += 1
             self._move(task, QUEUED, now, f"given up by {att.node.name}")
@@ -414,7 +530,7 @@ class Scheduler:
                 # handler rejects must not shut a capability down, an outage does.
                 self._outcome(att, False, now, capability_too=True)
             task.tries += 1
-            task.reasons.append(f"{att.node.name}: {etype}: {emsg}")
+            task.add_reason(f"{att.node.name}: {etype}: {emsg}")
             if task.tries >= task.max_attempts:
                 self._abandon(task, now, cancel=False)
                 self._finish(task, FAILED, now, {"error": {
@@ -464,6 +580,7 @@ class Scheduler:
                 att.node = new
                 new.in_flight[att.id] = att
                 att.lease = now + self.assign_timeout
+                self._lease_due = min(self._lease_due, att.lease)
             elif att.live and att.task.current is att:
                 self._reissue(att.task, now, f"{new.name} restarted without it", avoid=False)
         self.dirty = True
@@ -495,17 +612,17 @@ class Scheduler:
         if old is not None and avoid:
             # By identity, not name: a hung forager keeps its connection and is avoided,
             # while a restarted one connects afresh and may take the task again.
-            task.avoid.add(old.node.identity)
+            task.add_avoid(old.node.identity)
         if old is not None and old.node.identity:
             self._outcome(old, False, now, capability_too=False)
         if task.tries >= task.max_attempts:
             self._fail(task, now, E_ATTEMPTS,
-                       f"gave up after {task.tries} attempts; last: {why}", reasons=task.reasons,
-                       cause=cause)
+                       f"gave up after {task.tries} attempts; last: {why}",
+                       reasons=task.reasons or [], cause=cause)
             return
         self._abandon(task, now, cancel=True)
         self.counters["reissued"] += 1
-        task.reasons.append(why)
+        task.add_reason(why)
         self._move(task, QUEUED, now, why)
         self._enqueue(task, now)
 
@@ -533,6 +650,7 @@ class Scheduler:
             if r["final"] is not None and not r.get("dead"):
                 continue  # finished: the journal keeps it
             task = self._revive(r)
+            _slim(task)
             task.order = next(self._order)
             task.submitted = min(now, task.submitted)
             if task.final is not None:
@@ -568,6 +686,7 @@ class Scheduler:
             del self.held[ref]
             att.node = node
             att.lease = now + self.assign_timeout
+            self._lease_due = min(self._lease_due, att.lease)
             node.in_flight[ref] = att
             n += 1
         return n
@@ -580,21 +699,31 @@ class Scheduler:
                 if att.live and att.task.current is att:
                     self._reissue(att.task, now, "not reported by its forager after the "
                                   "queen restarted", avoid=False)
-        for node in self.registry.foragers():
-            for att in list(node.in_flight.values()):
-                if att.lease <= now:
-                    if att.live and att.task.current is att:
-                        self._reissue(att.task, now, f"assign timeout on {node.name}",
-                                      cause=C_TIMEOUT)
-                    else:
-                        node.in_flight.pop(att.id, None)
-                        self.dirty = True
+        if now >= self._lease_due:
+            due = math.inf
+            for node in self.registry.foragers():
+                if not node.in_flight:
+                    continue
+                for att in list(node.in_flight.values()):
+                    if att.lease <= now:
+                        if att.live and att.task.current is att:
+                            self._reissue(att.task, now, f"assign timeout on {node.name}",
+                                          cause=C_TIMEOUT)
+                        else:
+                            node.in_flight.pop(att.id, None)
+                            self.dirty = True
+                    elif att.lease < due:
+                        due = att.lease
+            self._lease_due = due
         timers = self.timers
         while timers and timers[0][0] <= now:
-            _, _, task_id, what = heapq.heappop(timers)
+            _, n, task_id, what = heapq.heappop(timers)
             task = self.tasks.get(task_id)
-            if task is None:
-                continue
+            field_ = _TIMER_FIELD[what]
+            if task is None or getattr(task, field_) != n:
+                continue  # stale: its task finished or left the queue
+            setattr(task, field_, 0)
+            self._live_timers -= 1
             if what == "retry":
                 if task.state == QUEUED:
                     heapq.heappush(self.queues.setdefault(task.capability, []),
@@ -613,9 +742,11 @@ class Scheduler:
                     self._fail(task, now, E_DEADLINE,
                                f"the task ran past its timeout of {task.timeout:g} s")
             elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
-                task.waiting = False
                 self._fail(task, now, E_NO_FORAGER,
                            f"{self._nobody(task)} joined within {task.wait:g} s")
+        self._compact_timers()
+        if self._queue_stale:
+            self._compact_queues()
 
     @staticmethod
     def _nobody(task: Task) -> str:
@@ -625,8 +756,8 @@ class Scheduler:
 
     def _wait_for_forager(self, task: Task, now: float) -> None:
         # Only tasks nobody can serve get a timer: the common case pays nothing for it.
+        # It goes when the task leaves the queue; back in it, the wait starts afresh.
         if not task.waiting:
-            task.waiting = True
             self._timer(now + task.wait, task, "wait")
 
     def _anyone_serves(self, task: Task) -> bool:
@@ -650,7 +781,7 @@ class Scheduler:
         breakers = self.forager_breakers
         for name in names:
             node = by_name[name]
-            if node.state != ACTIVE or node.identity in task.avoid:
+            if node.state != ACTIVE or (task.avoid and node.identity in task.avoid):
                 continue
             fb = breakers.get(name)
             if fb is not None and not fb.allow(self._now):
@@ -676,7 +807,9 @@ class Scheduler:
         if task.to is not None:
             names = {task.to} & names
         by_name = self.registry.by_name
-        return bool(names) and all(by_name[n].identity in task.rejected for n in names)
+        rejected = task.rejected
+        return bool(names) and rejected is not None and all(
+            by_name[n].identity in rejected for n in names)
 
     def dispatch(self, now: float, scan_limit: int = 256) -> int:
         """Assign queued tasks to free capable foragers. Returns how many were assigned."""
@@ -696,9 +829,9 @@ class Scheduler:
                 node = self._pick(task)
                 if node is None:
                     if self._all_rejected(task):
+                        reasons = task.reasons or []
                         self._fail(task, now, E_REJECTED, "rejected by every capable forager: "
-                                   + "; ".join(task.reasons), reasons=task.reasons,
-                                   cause=C_REJECTED)
+                                   + "; ".join(reasons), reasons=reasons, cause=C_REJECTED)
                     else:
                         skipped.append(entry)
                     continue
@@ -709,17 +842,21 @@ class Scheduler:
                 heapq.heappush(heap, entry)
             if not heap:
                 del self.queues[cap]
+                self._queue_stale.pop(cap, None)
         return assigned
 
     def _assign(self, task: Task, node: Node, now: float) -> None:
         for b in (self.forager_breakers.get(node.name), self.cap_breakers.get(task.capability)):
             if b is not None:
                 b.started()  # in half-open, this assignment is the trial
+        self._untimer(task, "wait")  # it left the queue: no longer waiting for a forager
         task.attempt += 1
         att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
                       now + self.assign_timeout)
         task.current = att
         node.in_flight[att.id] = att
+        if att.lease < self._lease_due:
+            self._lease_due = att.lease
         self.attempts[att.id] = att
         self._move(task, ASSIGNED, now, node.name)
         self.out.append(("assign", node, att))

@@ -57,3 +57,11 @@ def test_roundtrip_benchmark_script_runs() -> None:
                         "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["rows"]) == 11
+
+
+def test_heartbeat_scenario_runs_real_foragers() -> None:
+    from meshant.bench import Sizes, run_heartbeat_cost
+
+    (row,) = run_heartbeat_cost(Sizes.quick(), peers=(3,))
+    assert row.metric == "queen CPU" and row.meshant >= 0 and row.raw is None
+    assert row.extra["foragers"].startswith("real Forager objects")

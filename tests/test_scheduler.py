@@ -379,3 +379,162 @@ def test_a_tasks_own_retry_policy_overrides_the_queens() -> None:
     assert c.s.tasks["t"].history[-1][2].endswith(f"retry in {expected:.2f} s")
     assert c.assigns(c.step(expected - 0.01)) == []
     assert c.assigns(c.step(0.02)) == [("f1", "t")]
+
+
+def _finish_all(c: Colony, f: Node) -> None:
+    """Complete whatever ``f`` runs, then let the scheduler hand it more, until none is left."""
+    for _ in range(10_000):
+        running = [att for att in f.in_flight.values() if att.live]
+        if not running and not c.s.queued:
+            return
+        for att in running:
+            c.s.result(att, {"status": "ok", "result": None}, c.now)
+        c.step()
+    raise AssertionError("the queue did not drain")
+
+
+def test_wait_timers_go_when_their_tasks_leave_the_queue() -> None:
+    c = Colony()
+    for i in range(500):
+        c.submit(f"t{i}", wait=3600.0)  # nobody serves echo yet: each gets a wait timer
+    assert len(c.s.timers) == 500 and all(t.waiting for t in c.s.tasks.values())
+    f = c.forager("f1", slots=8)
+    c.step()
+    _finish_all(c, f)
+    assert c.s.tasks == {} and c.s.queued == 0
+    assert c.s.timers == []  # nothing left for tasks that are gone
+    assert c.s.queues == {}
+
+
+def test_timers_of_assigned_tasks_are_compacted_while_others_still_wait() -> None:
+    c = Colony()
+    for i in range(300):
+        c.submit(f"a{i}", wait=3600.0)
+    c.submit("other", cap="nobody", wait=3600.0)
+    f = c.forager("f1", slots=300)
+    c.step()
+    assert len(f.in_flight) == 300
+    # Running, not queued: only the task still waiting keeps a timer. Stale entries are
+    # deleted lazily, but never outnumber the live ones.
+    assert "other" in [e[2] for e in c.s.timers] and len(c.s.timers) <= 2
+    assert not any(t.waiting for t in c.s.tasks.values() if t.id != "other")
+    out = c.step(3600.0)
+    assert [b["task"] for b in c.finals(out)] == ["other"]
+    assert c.s.timers == []
+
+
+def test_cancelled_and_expired_tasks_leave_nothing_behind() -> None:
+    c = Colony()
+    for i in range(200):
+        c.submit(f"d{i}", cap="nobody", timeout=5.0, wait=3600.0)  # deadline + wait timers
+    for i in range(200):
+        c.submit(f"c{i}", cap="nobody", wait=3600.0)
+    assert len(c.s.timers) == 600
+    for i in range(200):
+        c.s.cancel(f"c{i}", c.now)
+    c.s.out.clear()
+    assert len(c.s.timers) <= 2 * 400  # compacted as they go stale
+    out = c.step(5.0)
+    assert {b["error"]["code"] for b in c.finals(out)} == {"deadline-exceeded"}
+    assert c.s.tasks == {} and c.s.timers == [] and c.s.queues == {}
+
+
+def test_wait_timer_still_fires_and_deadline_still_fires_after_requeue() -> None:
+    c = Colony()
+    c.submit("t", timeout=10.0, wait=2.0)
+    assert c.s.tasks["t"].waiting  # nobody serves it yet
+    c.step(0.5)
+    f = c.forager("f1")
+    c.step()
+    assert "t.1" in f.in_flight and not c.s.tasks["t"].waiting
+    assert len(c.s.timers) <= 2  # its deadline, and perhaps the stale wait
+    c.step(1.0)
+    # Its forager goes: the task is queued again and waits afresh for another one.
+    c.reg.remove(f, c.now)
+    c.s.forager_lost(f, c.now)
+    c.step()
+    assert c.s.tasks["t"].state == QUEUED and c.s.tasks["t"].waiting
+    out = c.step(1.9)
+    assert c.finals(out) == []  # 3.4 s since submitted, 1.9 s since it waits again
+    out = c.step(0.2)
+    (final,) = c.finals(out)
+    assert final["error"]["code"] == "no-forager"
+    assert c.s.timers == []
+    # A deadline fires while the task runs.
+    f2 = c.forager("f2")
+    c.submit("u", timeout=3.0)
+    c.step()
+    assert "u.1" in f2.in_flight
+    out = c.step(3.0)
+    (final,) = c.finals(out)
+    assert final["task"] == "u" and final["error"]["code"] == "deadline-exceeded"
+    assert c.s.timers == []
+
+
+def test_a_wait_timer_that_finds_a_forager_lets_a_later_wait_start() -> None:
+    c = Colony()
+    busy = c.forager("busy", slots=1)
+    c.submit("first", wait=100.0)
+    c.step()
+    c.reg.remove(busy, c.now)
+    c.s.forager_lost(busy, c.now)  # both tasks nobody serves now: they wait
+    c.submit("second", wait=1.0)
+    other = c.forager("other", slots=1)
+    c.step()
+    assert c.s.tasks["second"].state == QUEUED  # "first" took the only slot
+    c.step(1.0)  # its wait ends, but a capable forager is there: no failure
+    assert c.s.tasks["second"].state == QUEUED and not c.s.tasks["second"].waiting
+    c.reg.remove(other, c.now)
+    c.s.forager_lost(other, c.now)
+    out = c.step(0.5)
+    assert c.finals(out) == []
+    out = c.step(0.6)  # a new wait began when the forager left, and it ends now
+    assert [b["task"] for b in c.finals(out)] == ["second"]
+
+
+def test_a_queued_task_carries_no_per_task_containers() -> None:
+    c = Colony()
+    a = c.submit("a", cap="".join(["ec", "ho"]))
+    b = c.submit("b", cap="".join(["ec", "ho"]))
+    assert a.capability is b.capability  # interned
+    assert a.labels is b.labels  # the shared empty one
+    for t in (a, b):
+        assert t.avoid is None and t.rejected is None and t.reasons is None
+        assert t._watchers is None
+
+
+def test_liveness_checks_skip_until_due_but_never_miss_a_deadline() -> None:
+    from meshant.heartbeat import HeartbeatMonitor
+
+    m = HeartbeatMonitor(interval=1.0, misses=3)
+    m.add("a", 0.0)
+    m.add("b", 0.5)
+    assert m.check(2.9) == []
+    m.beat("a", 2.0)
+    assert m.check(3.4) == []
+    assert m.check(3.5) == ["b"]  # exactly misses x interval after it was last heard
+    m.add("short", 3.5, timeout=0.5)  # added after the last scan, with an earlier deadline
+    assert m.check(4.0) == ["short"]
+    assert m.check(5.0) == ["a"]
+    m.beat("b", 6.0)  # back online: its new deadline counts
+    assert m.check(8.9) == [] and m.check(9.0) == ["b"]
+    assert m.check(100.0) == []
+
+
+def test_lease_checks_skip_until_due_but_never_miss_a_lease() -> None:
+    c = Colony(assign_timeout=5.0)
+    f = c.forager("f1", slots=2)
+    c.submit("early")
+    c.step()  # lease until 5
+    c.step(3.0)
+    c.submit("late")
+    c.step()  # lease until 8
+    c.step(1.0)
+    c.s.renew(f, ["early.1"], c.now)  # moved to 9, later than "late"'s
+    assert c.step(3.9) == []
+    out = c.step(0.1)
+    assert [a[2].id for a in out if a[0] == "cancel"] == ["late.1"]
+    assert "early.1" in f.in_flight
+    assert c.step(0.9) == []
+    out = c.step(0.1)
+    assert [a[2].id for a in out if a[0] == "cancel"] == ["early.1"]
