@@ -435,7 +435,8 @@ def test_cancelled_and_expired_tasks_leave_nothing_behind() -> None:
     c.s.out.clear()
     assert len(c.s.timers) <= 2 * 400  # compacted as they go stale
     out = c.step(5.0)
-    assert {b["error"]["code"] for b in c.finals(out)} == {"deadline-exceeded"}
+    # Their timeout ended the wait, but what failed them is that nobody serves "nobody".
+    assert {b["error"]["code"] for b in c.finals(out)} == {"no-forager"}
     assert c.s.tasks == {} and c.s.timers == [] and c.s.queues == {}
 
 
@@ -538,3 +539,33 @@ def test_lease_checks_skip_until_due_but_never_miss_a_lease() -> None:
     assert c.step(0.9) == []
     out = c.step(0.1)
     assert [a[2].id for a in out if a[0] == "cancel"] == ["early.1"]
+
+
+def test_a_task_nobody_serves_fails_no_forager_when_its_timeout_ends_the_wait() -> None:
+    c = Colony()
+    c.submit("t", cap="nosuch", timeout=2.0, wait=30.0)
+    (body,) = c.finals(c.step(2.0))
+    assert body["error"]["code"] == "no-forager" and "'nosuch'" in body["error"]["message"]
+    # One that ran and then ran out of time is still deadline-exceeded.
+    f = c.forager("f1")
+    c.submit("u", timeout=1.0)
+    assert c.assigns(c.step()) == [("f1", "u")]
+    (body,) = c.finals(c.step(1.0))
+    assert body["error"]["code"] == "deadline-exceeded" and f.in_flight == {}
+
+
+def test_a_result_too_large_to_send_fails_at_once_without_retry() -> None:
+    c = Colony()
+    f = c.forager("f1")
+    c.forager("f2")
+    c.submit("t", max_attempts=5)
+    (name, _), = c.assigns(c.step())
+    node = f if name == "f1" else c.reg.by_name["f2"]
+    c.s.result(node.in_flight["t.1"], {"status": "error", "error": {
+        "type": "TooLarge", "code": "too-large", "message": "120,000 bytes, over 100,000"}},
+        c.now)
+    out = c.step(60.0)
+    (body,) = c.finals(out)
+    assert body["error"]["code"] == "too-large" and "100,000" in body["error"]["message"]
+    assert c.assigns(out) == [] and c.s.counters["retried"] == 0
+    assert "t" in c.s.dlq
