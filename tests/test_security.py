@@ -20,7 +20,7 @@ from meshant.builtin import add_builtins
 from meshant.protocol import Message, binary
 from meshant.security import generate
 
-from .conftest import Colony
+from .conftest import Colony, wait_for
 
 
 class Keys:
@@ -290,14 +290,18 @@ def test_fuzzing_a_live_queen_changes_nothing_for_good_peers(colony: Colony) -> 
                 pass
             while s.poll(0):
                 s.recv_multipart()  # drain the queen's error answers
-            if sent % 500 == 0:
-                time.sleep(0.01)
+            if sent % 1000 == 999:
+                # Good work goes on during the fuzz: one more good result before more
+                # garbage (a condition, not a rate: a loaded machine is slow, not wrong).
+                seen = len(results)
+                wait_for(lambda seen=seen: len(results) > seen or not worker.is_alive(), 30,
+                         "a good result while the fuzz goes on")
     finally:
         stop.set()
         worker.join(60)
         for s in socks:
             s.close(0)
-    assert not worker.is_alive() and len(results) >= 5
+    assert not worker.is_alive() and len(results) >= 6
     st = client.status()
     assert st["counters"]["protocol_errors"] > 1000
     assert st["counters"]["messages"] >= sent
