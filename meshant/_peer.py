@@ -31,6 +31,7 @@ from ._zmqio import recv_frames, send_frames
 from .colony_memory import Memory
 from .errors import ConfigError, MeshantError, QueenUnreachable, Refused
 from .heartbeat import HeartbeatMonitor
+from .protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 from .security import client_socket, load_public, load_secret
 
 log = logging.getLogger("meshant")
@@ -40,9 +41,6 @@ BACKOFF_FIRST = 0.25
 BACKOFF_CAP = 5.0
 NAME_WAIT = 60.0  # the longest a restarted peer waits for its old self to be declared offline
 
-HB_TOPIC = b"$hb"
-MEM_TOPIC = b"$mem"
-USER_PREFIX = b"u."
 
 
 def default_name(role: str) -> str:
@@ -52,14 +50,6 @@ def default_name(role: str) -> str:
 def resolve_queen(queen: str | None) -> str:
     """The queen endpoint: the argument, else ``$MESHANT_QUEEN``, else the default."""
     return queen or os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
-
-
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
-
-
-def valid_topic(topic: object) -> bool:
-    """User broadcast topics: 1-200 characters of ``A-Z a-z 0-9 . _ : / -``."""
-    return isinstance(topic, str) and bool(_TOPIC_RE.match(topic))
 
 
 _ENDPOINT_RE = re.compile(

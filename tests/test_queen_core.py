@@ -1,0 +1,230 @@
+"""The queen's logic, whole, without a socket: a QueenCore, scripted peers and a fake
+clock (tests/colony_sim.py). Each scenario runs in milliseconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from meshant import protocol as p
+from meshant.journal import Journal
+from meshant.queen_core import Publish, QueenConfig, QueenCore, Record, Send
+
+from .colony_sim import SimColony
+
+
+def _submit(sim: SimColony, client, cap: str = "echo", payload: object = None, **kw: object):
+    return client.send("task.submit", {"capability": cap, "payload": payload, **kw})
+
+
+def _finish(forager, assign: dict, result: object = "ok") -> None:
+    forager.send("task.result", {"status": "ok", "result": result}, ref=assign["id"])
+
+
+def test_the_core_reads_no_clock_and_returns_typed_actions() -> None:
+    core = QueenCore(QueenConfig(), epoch="e", wall_offset=1000.0, now=5.0)
+    core.beat(5.0)
+    (a,) = core.take()
+    assert isinstance(a, Publish) and a.topic == b"$hb"
+    hb = p.binary.decode(a.frames)
+    assert hb.ts == 1005.0 and hb.b["epoch"] == "e"  # the driver's time, not a clock's
+
+
+def test_priority_then_fifo_and_slots() -> None:
+    sim = SimColony()
+    c = sim.client()
+    for payload, prio in [("a", 50), ("b", 10), ("c", 50), ("d", 0)]:
+        _submit(sim, c, payload=payload, priority=prio)
+    f = sim.forager("f1", slots=1)
+    order = []
+    for _ in range(4):
+        (a,) = sim.assigns(f)  # never more than its one slot
+        order.append(a["payload"])
+        _finish(f, a, a["payload"])
+    assert order == ["d", "b", "a", "c"]
+    assert sorted(r["result"] for r in sim.results(c).values()) == ["a", "b", "c", "d"]
+
+
+def test_routing_by_capability_labels_and_name() -> None:
+    sim = SimColony()
+    cpu = sim.forager("cpu", slots=5, tools=["echo", "crawl"], labels={"gpu": False})
+    gpu = sim.forager("gpu", slots=5, tools=["echo"], labels={"gpu": True})
+    c = sim.client()
+    _submit(sim, c, "crawl", "x")
+    _submit(sim, c, payload="needs-gpu", labels={"gpu": True})
+    _submit(sim, c, payload="named", to="cpu")
+    assert sorted(a["payload"] for a in sim.assigns(cpu)) == ["named", "x"]
+    assert [a["payload"] for a in sim.assigns(gpu)] == ["needs-gpu"]
+
+
+def test_a_silent_forager_is_declared_offline_its_task_reissued_and_fenced() -> None:
+    sim = SimColony(assign_timeout=60)
+    c = sim.client()
+    f1 = sim.forager("f1")
+    submit = _submit(sim, c, payload=1)
+    (a1,) = sim.assigns(f1)
+    f2 = sim.forager("f2")
+    sim.pass_time(4.0, f2, c)  # f1 goes silent; the others keep beating
+    (a2,) = sim.assigns(f2)
+    assert a2["task"] == submit.id and a2["attempt"] == 2
+    _finish(f2, a2, "from f2")
+    # f1 comes back with the old attempt's result: not registered, dropped, counted.
+    f1.send("task.result", {"status": "ok", "result": "late"}, ref=a1["id"])
+    assert f1.one("error").b["code"] == "not-registered"
+    (r,) = sim.results(c).values()
+    assert r["result"] == "from f2"
+    assert sim.core.scheduler.counters["duplicates"] == 1
+
+
+def test_a_lease_renewed_by_heartbeats_is_never_reissued() -> None:
+    sim = SimColony(assign_timeout=2)
+    c = sim.client()
+    f = sim.forager("f")
+    f2 = sim.forager("f2")
+    _submit(sim, c, payload="long", to="f")
+    (a,) = sim.assigns(f)
+    for _ in range(10):  # 5 s: over twice the lease, heartbeats listing the task
+        sim.pass_time(0.5, f2, c)
+        f.send("hb", {"running": [a["id"]]})
+    assert sim.assigns(f2) == [] and sim.core.scheduler.counters["reissued"] == 0
+    _finish(f, a, "done")
+    assert next(iter(sim.results(c).values()))["result"] == "done"
+
+
+def test_drain_takes_nothing_new_and_halt_reissues() -> None:
+    sim = SimColony()
+    c = sim.client()
+    f1 = sim.forager("f1", slots=2)
+    f2 = sim.forager("f2", slots=2)
+    c.send("ctl.drain", {}, frm="client")  # no target: refused
+    assert c.one("error").b["code"] == "unknown-recipient"
+    msg = p.Message("ctl.drain", {}, frm="client", to="f1")
+    sim.deliver(c.identity, p.binary.encode(msg))
+    assert f1.one("ctl.drain")
+    for i in range(2):
+        _submit(sim, c, payload=i)
+    assert len(sim.assigns(f2)) == 2 and sim.assigns(f1) == []
+    halt = p.Message("ctl.halt", {}, frm="client", to="f2")
+    sim.deliver(c.identity, p.binary.encode(halt))
+    assert f2.one("ctl.halt")
+    assert "f2" not in sim.core.registry.by_name
+    assert sim.core.scheduler.counters["reissued"] == 2
+
+
+def test_memory_set_is_published_and_answered() -> None:
+    sim = SimColony()
+    c = sim.client()
+    c.send("mem.sync", {"op": "set", "key": "config", "value": {"rate": 5}})
+    assert c.one("mem.sync").b["op"] == "ok"
+    (update,) = [m for t, m in c.heard if t == b"$mem"]
+    assert update.b["key"] == "config" and update.b["value"] == {"rate": 5}
+    c.send("mem.sync", {"op": "snapshot"})
+    assert c.one("mem.sync").b["items"]["config"] == {"rate": 5}
+
+
+def test_dead_letters_listed_and_retried() -> None:
+    sim = SimColony()
+    c = sim.client()
+    f = sim.forager("f")
+    sub = _submit(sim, c, payload="bad", max_attempts=1)
+    (a,) = sim.assigns(f)
+    f.send("task.result", {"status": "error", "error": {"type": "ValueError",
+                                                        "message": "no"}}, ref=a["id"])
+    assert sim.results(c)[sub.id]["error"]["code"] == "handler-error"
+    c.send("dlq", {"op": "list"})
+    (item,) = c.one("dlq.reply").b["items"]
+    assert item["task"] == sub.id
+    c.send("dlq", {"op": "retry", "task": sub.id})
+    (new_id,) = c.one("dlq.reply").b["tasks"]
+    (a2,) = sim.assigns(f)
+    assert a2["task"] == new_id and a2["payload"] == "bad"
+
+
+def test_an_idempotency_key_runs_once() -> None:
+    sim = SimColony()
+    c = sim.client()
+    f = sim.forager("f")
+    first = _submit(sim, c, payload=1, key="k")
+    second = _submit(sim, c, payload=1, key="k")
+    (a,) = sim.assigns(f)  # one run for both
+    _finish(f, a, "once")
+    results = sim.results(c)
+    assert results[first.id]["result"] == results[second.id]["result"] == "once"
+    assert results[second.id]["original"] == first.id
+
+
+def test_a_resubmitted_id_is_the_same_task_and_gets_a_missed_result_again() -> None:
+    sim = SimColony()
+    c = sim.client()
+    f = sim.forager("f")
+    sub = _submit(sim, c, payload=1)
+    (a,) = sim.assigns(f)
+    _finish(f, a, "r")
+    assert sim.results(c)[sub.id]["result"] == "r"
+    # The client lost that result with its connection and sends the submission again:
+    # the same id is the same task, answered with its result, not run again.
+    c.send("task.submit", {"capability": "echo", "payload": 1}, id=sub.id)
+    assert sim.results(c)[sub.id]["result"] == "r"
+    assert sim.assigns(f) == [] and sim.core.counters["resubmitted"] == 1
+    # Another client reusing the id is refused.
+    other = sim.client("other")
+    other.send("task.submit", {"capability": "echo"}, id=sub.id)
+    assert other.one("error").b["code"] == "duplicate-task"
+
+
+def test_a_rejoining_forager_is_told_to_stop_what_the_queen_does_not_hold() -> None:
+    sim = SimColony()
+    f = sim.forager("f", session="s1")
+    f.send("hello", {"role": "forager", "name": "f", "versions": [2], "slots": 1,
+                     "tools": ["echo"], "session": "s1", "running": ["gone.1"]})
+    assert f.one("welcome")
+    cancel = f.one("task.cancel")
+    assert cancel.ref == "gone.1" and cancel.b["task"] == "gone"
+
+
+def test_restart_recovery_from_a_journal(tmp_path: Path) -> None:
+    db = str(tmp_path / "q.db")
+    j = Journal(db)
+    sim = SimColony(journal=j)
+    c = sim.client()
+    f = sim.forager("f", slots=1)
+    subs = [_submit(sim, c, payload=i) for i in range(3)]
+    (a,) = sim.assigns(f)
+    _finish(f, a, "first")
+    assert sim.records > 0
+    j.close()
+    # A new core on the same journal: the two unfinished tasks are back, the finished one
+    # stays on disk and still answers its submitter.
+    j2 = Journal(db)
+    sim2 = SimColony(journal=j2)
+    try:
+        assert sim2.core.restored == 2
+        c2 = sim2.client()
+        c2.send("task.submit", {"capability": "echo", "payload": 0}, id=subs[0].id,
+                frm="client")
+        assert sim2.results(c2)[subs[0].id]["result"] == "first"
+        f2 = sim2.forager("f", slots=2)
+        # The queued one at once; the one that was assigned is held for its forager to
+        # report it, and reissued when the grace period ends without that.
+        assert [x["payload"] for x in sim2.assigns(f2)] == [2]
+        sim2.pass_time(7.0, f2, c2)
+        assert [x["payload"] for x in sim2.assigns(f2)] == [1]
+    finally:
+        j2.close()
+
+
+def test_records_come_before_the_sends_of_their_turn() -> None:
+    sim = SimColony()
+    sim.core.scheduler.track_changes = True  # as with a journal
+    c = sim.client()
+    sim.forager("f")
+    frames = [c.identity, *p.binary.encode(p.Message(
+        "task.submit", {"capability": "echo", "ack": True}, frm="client", id="t1"))]
+    sim.core.receive(frames, None, sim.now)
+    sim.core.end_turn(sim.now)
+    actions = sim.core.take()
+    kinds = [type(a).__name__ for a in actions]
+    # The new task is made durable first; then its assignment and the acknowledgement.
+    assert kinds == ["Record", "Send", "Send"], kinds
+    assert isinstance(actions[0], Record) and [t.id for t in actions[0].tasks] == ["t1"]
+    sent = [a.msg.kind for a in actions if isinstance(a, Send)]
+    assert sent == ["task.assign", "task.submitted"]
