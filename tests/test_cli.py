@@ -16,6 +16,8 @@ from meshant import Client
 
 from .conftest import Procs, wait_for
 
+pytestmark = pytest.mark.slow  # every test here starts subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
