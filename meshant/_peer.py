@@ -695,3 +695,19 @@ class Peer:
         if self.memory.on_error(msg):
             return
         self._on_remote_error(msg)
+
+    # -- public state, read-only (for embedding code and the CLI) -------------------------
+
+    @property
+    def refusal(self) -> MeshantError | None:
+        """Why the queen refused this peer for good (name taken, key not allowed...), or None."""
+        return self._refusal
+
+    @property
+    def stopping(self) -> bool:
+        """True once this peer was told to stop (or was refused, or drained)."""
+        return self._stopping.is_set()
+
+    def wait_welcomed(self, timeout: float | None = None) -> bool:
+        """Wait until the queen welcomed this peer (or refused it: check ``refusal``)."""
+        return self._welcomed.wait(timeout)

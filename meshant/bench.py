@@ -156,16 +156,23 @@ class RawTopology:
         if transport == "inproc":
             front, back = self.eps.next(), self.eps.next()
             self._stop = threading.Event()
-            t = threading.Thread(target=self._broker_thread, args=(front, back), daemon=True)
+            # Per instance: set by this topology's broker once it is bound (_bound) and has
+            # heard READY from all its workers (_ready), so timing starts with every worker in.
+            self._bound = threading.Event()
+            self._ready = threading.Event()
+            t = threading.Thread(target=self._broker_thread, args=(front, back, workers),
+                                 daemon=True)
             t.start()
             self.threads.append(t)
-            self._ready.wait(10)
+            if not self._bound.wait(10):
+                raise RuntimeError("the raw broker did not bind within 10 s")
             for _ in range(workers):
                 w = threading.Thread(target=self._worker_thread, args=(back,), daemon=True)
                 w.start()
                 self.threads.append(w)
+            if not self._ready.wait(10):
+                raise RuntimeError("the raw workers did not register within 10 s")
             self.endpoint = front
-            time.sleep(0.1)
             return
         b = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "broker",
                               self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
@@ -181,14 +188,14 @@ class RawTopology:
             _procs.read_json_line(w, 20)
         _ = _rawzmq
 
-    _ready = threading.Event()
-
-    def _broker_thread(self, front_ep: str, back_ep: str) -> None:
+    def _broker_thread(self, front_ep: str, back_ep: str, expected: int) -> None:
         front = self.ctx.socket(zmq.ROUTER)
         back = self.ctx.socket(zmq.ROUTER)
         front.bind(front_ep)
         back.bind(back_ep)
-        self._ready.set()
+        self._bound.set()
+        if expected == 0:
+            self._ready.set()
         poller = zmq.Poller()
         poller.register(front, zmq.POLLIN)
         poller.register(back, zmq.POLLIN)
@@ -201,6 +208,8 @@ class RawTopology:
                     fr = back.recv_multipart()
                     if fr[1] == b"READY":
                         workers.append(fr[0])
+                        if len(workers) == expected:
+                            self._ready.set()
                     else:
                         front.send_multipart(fr[1:])
                 if front in events and workers:

@@ -3,17 +3,19 @@
 python-zeroconf runs on its own threads; nothing here blocks an I/O loop. The queen's
 TXT record carries what a joiner needs (ROUTER and PUB endpoints, protocol versions,
 colony, epoch, queen name). Several colonies share a network without mixing: a joiner
-asks for its colony by name.
+asks for its colony by name. Which of one colony's records a joiner follows is decided
+by :func:`choose` without comparing anyone's clock.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import logging
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from zeroconf import (
@@ -47,11 +49,16 @@ class QueenRecord:
     versions: tuple[int, ...]
     epoch: str
     host: str
-    started: float = 0.0
+    started: float = 0.0  # the queen's wall clock at start: shown, never compared
     curve: str = ""
+    # The order in which this joiner first heard of the record (its Browser counts them):
+    # local, not advertised, not part of the record's identity.
+    heard: int = field(default=0, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "versions": list(self.versions)}
+        d = {**asdict(self), "versions": list(self.versions)}
+        del d["heard"]
+        return d
 
 
 def _endpoint_host(endpoint: str) -> str:
@@ -167,6 +174,7 @@ class Browser(ServiceListener):
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queens: dict[str, QueenRecord] = {}
+        self._heard = itertools.count(1)
         self._zc = _zeroconf(interfaces)
         self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
 
@@ -181,7 +189,10 @@ class Browser(ServiceListener):
         rec = _record(info) if info is not None else None
         with self._changed:
             if rec is not None:
-                self._queens[name] = rec
+                old = self._queens.get(name)
+                # An updated record keeps its place; a new (or returning) one goes last.
+                heard = old.heard if old is not None else next(self._heard)
+                self._queens[name] = replace(rec, heard=heard)
             self._changed.notify_all()
 
     # ServiceListener protocol (unused: the handler above sees every change)
@@ -224,7 +235,20 @@ def discover(timeout: float = 3.0, colony: str | None = None,
 
 
 def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
-    """The one queen to join, or a clear error."""
+    """The one queen to join, or a clear error.
+
+    Several records of one colony are normally a restarted queen's and its crashed
+    predecessor's, which lingers in a joiner's cache until its TTL runs out. The record
+    this joiner heard of last wins (``QueenRecord.heard``, counted by its own
+    :class:`Browser`): a restarted queen is always heard after the predecessor it
+    replaces, by every joiner that knew that predecessor, and a joiner that starts later
+    never hears the dead one (a crashed responder answers no queries). No clock is
+    compared: the ``started`` time in the TXT record is one remote host's wall clock,
+    shown by ``meshant discover`` only. Two live queens advertising one colony are a
+    misconfiguration: each joiner then takes the one it heard last (``meshant discover``
+    lists both), and the instance name breaks a tie, so the choice is deterministic but
+    advisory.
+    """
     if colony is not None:
         queens = [q for q in queens if q.colony == colony]
     if not queens:
@@ -236,9 +260,7 @@ def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
         listing = ", ".join(f"{q.colony} ({q.router})" for q in queens)
         raise MeshantError(f"several colonies found: {listing}; choose one with --colony",
                            code="ambiguous")
-    # One colony, several records: a restarted queen's and its predecessor's (a crashed
-    # queen's record lingers until its TTL). The newest start wins.
-    return max(queens, key=lambda q: q.started)
+    return max(queens, key=lambda q: (q.heard, q.instance))
 
 
 class Follower:

@@ -597,3 +597,8 @@ class Forager(Peer):
             t.start()
             self._aloop, self._aloop_thread = loop, t
         return self._aloop
+
+    @property
+    def message_callbacks(self) -> tuple[Callable[[p.Message], Any], ...]:
+        """The callbacks registered with ``on_message``, in order (to copy to another forager)."""
+        return tuple(self._message_callbacks)

@@ -26,7 +26,7 @@ import zmq
 import zmq.auth
 
 ROLES = ("forager", "client")
-_META = re.compile(r'^\s+([A-Za-z0-9_-]+)\s*=\s*"(.*)"\s*$')
+_META = re.compile(r'^\s+([A-Za-z0-9_-]+)\s*=\s*("?)(.*)\2\s*$')  # quoted or not (ZPL)
 _PUBLIC = re.compile(r'^\s+public-key\s*=\s*"(.{40})"\s*$')
 
 
@@ -52,20 +52,25 @@ class Grant:
 
 def generate(directory: str | os.PathLike[str], name: str, roles: tuple[str, ...] = ("client",),
              names: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """Write ``NAME.key`` and ``NAME.key_secret`` into ``directory``; returns their paths."""
+    """Write ``NAME.key`` and ``NAME.key_secret`` into ``directory``; returns their paths.
+
+    ``zmq.auth.create_certificates`` writes both files and the grants into the secret
+    one's ``metadata``; it leaves the public file's ``metadata`` section empty, so the
+    grants (which the queen reads there) are added to that section.
+    """
     for r in roles:
         if r not in ROLES:
             raise ValueError(f"role {r!r} is not one of {', '.join(ROLES)}")
     Path(directory).mkdir(parents=True, exist_ok=True)
-    pub, sec = zmq.auth.create_certificates(str(directory), name)
-    meta = [f'    roles = "{",".join(roles)}"\n']
+    # ZPL values, quoted as meshant has always written them (pyzmq writes them verbatim).
+    meta = {"roles": f'"{",".join(roles)}"'}
     if names:
-        meta.append(f'    names = "{",".join(names)}"\n')
-    for path in (pub, sec):
-        lines = Path(path).read_text().splitlines(keepends=True)
-        at = next(i for i, line in enumerate(lines) if line.strip() == "metadata") + 1
-        Path(path).write_text("".join(lines[:at] + meta + lines[at:]))
+        meta["names"] = f'"{",".join(names)}"'
+    pub, sec = zmq.auth.create_certificates(str(directory), name, metadata=meta)
     os.chmod(sec, 0o600)
+    text = Path(pub).read_text()
+    grants = "".join(f"    {k} = {v}\n" for k, v in meta.items())
+    Path(pub).write_text(text.replace("\nmetadata\n", f"\nmetadata\n{grants}", 1))
     return Path(pub), Path(sec)
 
 
@@ -103,7 +108,7 @@ def read_grant(path: Path) -> Grant | None:
         if section == "metadata":
             m = _META.match(line)
             if m:
-                meta[m.group(1)] = m.group(2)
+                meta[m.group(1)] = m.group(3)
         elif section == "curve":
             m = _PUBLIC.match(line)
             if m:

@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here starts subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,6 +54,17 @@ def test_codec_benchmark_runs() -> None:
     rows = json.loads(r.stdout)
     assert {row["message"] for row in rows} == {"task.assign", "task.result"}
     assert all(row["ratio"] > 0 for row in rows)
+
+
+def test_zmqio_benchmark_runs() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zmqio_bench.py"),
+                        "--rounds", "2", "--batch", "50", "--json"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {(row["transport"], row["op"]) for row in rows} == {
+        (t, op) for t in ("inproc", "ipc") for op in ("recv", "send")}
+    assert all(row["us_per_msg"] > 0 for row in rows)
 
 
 def test_roundtrip_benchmark_script_runs() -> None:

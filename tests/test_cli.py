@@ -8,12 +8,15 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from meshant import Client
 
 from .conftest import Procs, wait_for
+
+pytestmark = pytest.mark.slow  # every test here starts subprocesses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,3 +192,106 @@ def test_demo() -> None:
     assert rep["ok"] and all(rep["checks"].values())
     assert rep["counters"]["reissued"] >= 1
     assert rep["echo_latency_ms"]["p50"] > 0
+
+
+# -- one set of connection options for every client command --------------------------------
+
+CONNECTION_OPTS = ["--queen", "--discover", "--colony", "--curve-secret", "--queen-key",
+                   "--connect-timeout"]
+NOT_CLIENT_COMMANDS = {"queen", "forager", "keys generate", "tasks", "task", "journal verify",
+                       "discover", "demo", "bench"}
+
+
+def _leaf_commands() -> dict[str, Any]:
+    import click
+
+    from meshant.cli import main
+
+    out: dict[str, Any] = {}
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, cmd in group.commands.items():
+            if isinstance(cmd, click.Group):
+                walk(cmd, f"{prefix}{name} ")
+            else:
+                out[f"{prefix}{name}"] = cmd
+
+    walk(main, "")
+    return out
+
+
+def test_every_client_command_takes_the_same_connection_options() -> None:
+    from click.testing import CliRunner
+
+    from meshant.cli import main
+
+    commands = _leaf_commands()
+    assert set(commands) >= NOT_CLIENT_COMMANDS
+    clients = sorted(set(commands) - NOT_CLIENT_COMMANDS)
+    assert {"submit", "status", "broadcast", "drain", "halt", "dlq list", "dlq show",
+            "dlq retry", "dlq purge", "memory get", "memory set", "memory delete"} <= set(clients)
+
+    def described(cmd: Any) -> list[tuple[Any, ...]]:  # the options as --help shows them
+        params = {o: p for p in cmd.params for o in p.opts}
+        return [(params[o].opts, params[o].envvar, params[o].help, params[o].metavar)
+                for o in CONNECTION_OPTS]
+
+    reference = described(commands["status"])
+    for name in clients:
+        assert described(commands[name]) == reference, name
+        r = CliRunner().invoke(main, [*name.split(), "--help"], terminal_width=200)
+        assert r.exit_code == 0, (name, r.output)
+        for opt in CONNECTION_OPTS:
+            assert opt in r.output, (name, opt)
+        for env in ("MESHANT_QUEEN", "MESHANT_COLONY", "MESHANT_CURVE_SECRET",
+                    "MESHANT_QUEEN_KEY", "MESHANT_CONNECT_TIMEOUT"):
+            assert env in r.output, (name, env)
+    # The forager finds and secures its queen with the same options (it has no timeout).
+    forager = [o for p in commands["forager"].params for o in p.opts]
+    assert set(CONNECTION_OPTS) - set(forager) == {"--connect-timeout"}
+
+
+def test_memory_commands_speak_curve(procs: Procs, tmp_path: Path) -> None:
+    from meshant.security import generate
+
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    authorized.mkdir()
+    queen_pub, queen_sec = generate(keys, "queen")
+    client_pub, client_sec = generate(keys, "client")  # may register client-*: the default
+    (authorized / client_pub.name).write_bytes(client_pub.read_bytes())
+    _, ep = procs.queen("--curve-secret", str(queen_sec), "--authorized", str(authorized))
+    curve = ["--queen", ep, "--curve-secret", str(client_sec), "--queen-key", str(queen_pub)]
+    r = meshant("memory", "set", *curve, "config", '{"rate": 5}')
+    assert r.returncode == 0, r.stderr
+    r = meshant("memory", "get", "config", env={"MESHANT_QUEEN": ep,
+                                                "MESHANT_CURVE_SECRET": str(client_sec),
+                                                "MESHANT_QUEEN_KEY": str(queen_pub)})
+    assert r.returncode == 0 and json.loads(r.stdout) == {"rate": 5}, r.stderr
+    r = meshant("broadcast", *curve, "alerts.fire", "1")
+    assert r.returncode == 0, r.stderr
+    # Without keys the CURVE queen never answers: one line, exit 1, no traceback.
+    r = meshant("memory", "get", "--queen", ep, "--connect-timeout", "0.5", "config")
+    assert r.returncode == 1 and "no answer from the queen" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_forager_app_copies_message_callbacks(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshant import Forager
+    from meshant.cli.forager import _serve
+
+    (tmp_path / "noteapp.py").write_text(
+        "from meshant import Forager\n"
+        "forager = Forager()\n"
+        "@forager.task('noop')\n"
+        "def noop(p):\n"
+        "    return p\n"
+        "@forager.on_message\n"
+        "def heard(msg):\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    f = Forager()
+    _serve(f, "noteapp:forager")
+    import noteapp  # type: ignore[import-not-found]
+
+    assert f.tools == ["noop"] and f.message_callbacks == (noteapp.heard,)

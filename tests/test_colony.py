@@ -45,7 +45,7 @@ def test_priority_order(colony: Colony) -> None:
     c = colony.client()
     order: list[int] = []
     futs = [c.submit("record", p, priority=p) for p in (70, 5, 50, 5, 99, 0)]
-    time.sleep(0.2)  # all queued before the only forager joins
+    c.status()  # a round trip: the queen has queued all six before the only forager joins
     colony.forager({"record": lambda p: order.append(p) or p}, slots=1)
     for f in futs:
         f.result(10)
@@ -228,16 +228,31 @@ def test_task_timeout_ends_a_task_on_a_live_forager(colony: Colony) -> None:
 
 def test_hung_handler_lease_is_renewed_by_heartbeats(colony: Colony) -> None:
     # A task longer than assign_timeout on a live forager is not run twice.
-    colony.start_queen(assign_timeout=0.5)
+    q = colony.start_queen(assign_timeout=0.5)
     runs: list[int] = []
     colony.forager({"long": lambda p: runs.append(1) or time.sleep(1.5) or "ok"}, name="a")
+    # b would take the task if a's lease ran out (the reissue would avoid a).
     colony.forager({"long": lambda p: runs.append(2) or "other"}, name="b")
+    # Spy on the heartbeats' lease renewals: (when, the lease it replaced) per attempt.
+    renewals: list[tuple[float, float]] = []
+    renew = q.scheduler.renew
+
+    def spy(node: Any, refs: list[Any], now: float) -> None:
+        renewals.extend((now, node.in_flight[r].lease) for r in refs
+                        if isinstance(r, str) and r in node.in_flight)
+        renew(node, refs, now)
+
+    q.scheduler.renew = spy  # type: ignore[method-assign]
     c = colony.client()
-    results = [c.run("long", result_timeout=10) for _ in range(1)]
-    assert results in (["ok"], ["other"])
-    assert colony.queen is not None
-    assert colony.queen.scheduler.counters["reissued"] == 0
+    # Sent to a by name, so the long task is the one that runs.
+    assert c.run("long", to="a", result_timeout=10) == "ok"
+    assert q.scheduler.counters["reissued"] == 0
     assert len(runs) == 1
+    # The path under test ran: heartbeats renewed the lease, and the task outlived the
+    # lease it was first given (assign_timeout 0.5 s, the handler takes 1.5 s).
+    assert renewals, "no heartbeat renewed the running task's lease"
+    first_lease = min(lease for _, lease in renewals)
+    assert max(when for when, _ in renewals) > first_lease
 
 
 def test_duplicate_name_refused(colony: Colony) -> None:

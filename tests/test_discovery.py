@@ -79,6 +79,7 @@ def netns() -> Iterator[Netns]:
 
 
 
+@pytest.mark.slow
 def test_discovered_queen_is_listed_joined_and_used(netns: Netns) -> None:
     _, q = netns.queen("ants")
     assert q["advertised"] is True
@@ -93,6 +94,7 @@ def test_discovered_queen_is_listed_joined_and_used(netns: Netns) -> None:
     assert json.loads(r.stdout) == {"found": True}
 
 
+@pytest.mark.slow
 def test_two_colonies_stay_separate(netns: Netns) -> None:
     _, ants = netns.queen("ants")
     _, bees = netns.queen("bees")
@@ -108,6 +110,7 @@ def test_two_colonies_stay_separate(netns: Netns) -> None:
     assert p.stderr is not None and "several colonies" in p.stderr.read()
 
 
+@pytest.mark.slow
 def test_forager_follows_a_queen_restarted_on_another_port(netns: Netns) -> None:
     first, q1 = netns.queen("ants")
     _, f = netns.start("forager", "--discover", "--colony", "ants", "--name", "loyal",
@@ -123,6 +126,7 @@ def test_forager_follows_a_queen_restarted_on_another_port(netns: Netns) -> None
              timeout=30, what="the forager to follow the queen to its new port")
 
 
+@pytest.mark.slow
 def test_pinned_queen_key_refuses_a_rogue_queen(netns: Netns, tmp_path: Any) -> None:
     import shutil
 
@@ -144,3 +148,22 @@ def test_pinned_queen_key_refuses_a_rogue_queen(netns: Netns, tmp_path: Any) -> 
     _, info = netns.start("forager", "--discover", "--colony", "ants", "--name", "f",
                           "--curve-secret", str(fsec), "--json")
     assert info["name"] == "f"
+
+
+def test_choose_takes_the_record_heard_last_and_compares_no_clocks() -> None:
+    from meshant.discovery import QueenRecord, choose
+
+    def rec(instance: str, heard: int, started: float) -> QueenRecord:
+        return QueenRecord(instance=instance, colony="ants", name="q", router=f"tcp://h:{heard}",
+                           pub="", versions=(2,), epoch=instance, host="", started=started,
+                           heard=heard)
+
+    # A restarted queen on a host whose clock is behind its crashed predecessor's:
+    # the record heard later wins all the same.
+    old, new = rec("ants-q-aaaa", 1, started=2000.0), rec("ants-q-bbbb", 2, started=1000.0)
+    assert choose([old, new], "ants") is new
+    assert choose([new, old], None) is new
+    # Heard together (equal order): the instance name decides, the same for every joiner.
+    a, b = rec("ants-q-aaaa", 0, 0.0), rec("ants-q-bbbb", 0, 0.0)
+    assert choose([b, a], "ants") is b and choose([a, b], "ants") is b
+    assert "heard" not in new.as_dict()

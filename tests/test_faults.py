@@ -135,6 +135,7 @@ def test_a_result_over_the_limit_that_reaches_the_queen_fails_at_once(
     raw.close(0)
 
 
+@pytest.mark.slow
 def test_a_flood_of_submissions_is_paced_not_refused(colony: Colony) -> None:
     colony.start_queen(submit_rate=500.0)
     colony.forager({"echo": lambda x: x}, slots=8)
@@ -198,6 +199,7 @@ def test_a_malformed_endpoint_is_refused_in_the_constructor(endpoint: str) -> No
         Forager(endpoint)
 
 
+@pytest.mark.slow
 def test_a_task_nobody_serves_fails_as_no_forager_even_when_its_timeout_ends_it(
         colony: Colony) -> None:
     colony.start_queen()
@@ -209,6 +211,7 @@ def test_a_task_nobody_serves_fails_as_no_forager_even_when_its_timeout_ends_it(
     assert r.returncode != 0 and "no-forager" in r.stderr and "nosuch" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_forager_waiting_for_its_queen_says_so(procs: Procs) -> None:
     with zmq.Context() as zc:
         s = zc.socket(zmq.ROUTER)

@@ -42,6 +42,7 @@ class Restartable:
         self.start()
 
 
+@pytest.mark.slow
 def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite at all" * 100)
@@ -63,6 +64,7 @@ def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) ->
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
                                                                     tmp_path: Path) -> None:
     q = Restartable(procs, tmp_path)
@@ -85,6 +87,7 @@ def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
     assert r.returncode == 0, r.stdout
 
 
+@pytest.mark.slow
 def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path) -> None:
     journal = str(tmp_path / "q.db")
     _, ep = procs.queen("--journal", journal)
@@ -129,13 +132,14 @@ def test_one_queen_per_journal(tmp_path: Path) -> None:
     Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=path).journal.close()  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_idempotency_key_runs_once_even_across_a_restart(procs: Procs, tmp_path: Path) -> None:
     q = Restartable(procs, tmp_path)
     router = q.router
     procs.forager(router, "--name", "f")
     with Client(router, queen_wait=60) as a, Client(router, queen_wait=60) as b:
         first = a.submit("sleep", {"seconds": 0.5, "who": "a"}, key="order-42")
-        time.sleep(0.1)
+        a.status()  # a round trip: the queen holds a's submission before b's is sent
         again = b.submit("sleep", {"seconds": 0.5, "who": "b"}, key="order-42")
         assert first.result(10) == again.result(10) == {"seconds": 0.5, "who": "a"}
         assert a.status()["counters"]["completed"] == 1
@@ -155,6 +159,7 @@ def _alive(c: Client) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
     q = Restartable(procs, tmp_path, "--retry-base", "0.05")
     router = q.router
@@ -185,6 +190,7 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
     assert r.returncode == 1 and "no dead letter" in r.stderr
 
 
+@pytest.mark.slow
 def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
                                                                   tmp_path: Path) -> None:
     q = Restartable(procs, tmp_path)
@@ -201,6 +207,7 @@ def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
         assert c.status()["counters"]["reissued"] == 0
 
 
+@pytest.mark.slow
 def test_crash_after_the_result_delivers_it_once(procs: Procs, tmp_path: Path) -> None:
     q = Restartable(procs, tmp_path)
     router, journal = q.router, q.journal
@@ -254,6 +261,7 @@ def _wal_size(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_wal_stays_bounded_while_many_records_are_written(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     limit = 1 << 20

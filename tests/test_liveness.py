@@ -16,6 +16,8 @@ from meshant import Client, MeshantError, QueenUnreachable
 from .conftest import Procs
 from .test_cli import meshant, wait_for
 
+pytestmark = pytest.mark.slow  # every test here starts subprocesses
+
 HB = ("--hb-interval", "0.2", "--hb-misses", "5")  # offline after 1 s of silence
 
 
@@ -57,9 +59,12 @@ def test_sigstop_offline_then_sigcont_rejoins_and_stale_result_dropped(procs: Pr
         # reaches the queen (counted as a duplicate) or dies with the old connection.
         hung_rec = next(f for f in c.status()["foragers"] if f["name"] == "hung")
         assert hung_rec["pid"] == hung.pid
-        time.sleep(0.5)
+        # A round trip through hung: its messages reach the queen in order, so once this
+        # probe's result is back, its stale result (sent or re-sent before) was handled.
+        assert c.run("echo", {"probe": 1}, to="hung", result_timeout=10) == {"probe": 1}
         st = c.status()
-        assert st["counters"]["completed"] == 1 and st["counters"]["reissued"] == 1
+        # Completed: the task once, and the probe; the stale result was not counted.
+        assert st["counters"]["completed"] == 2 and st["counters"]["reissued"] == 1
         assert c.task_status(fut.task_id)["attempt"] == 2  # the delivered result: attempt 2
         assert fut.task_id not in c._tasks
 
@@ -92,8 +97,8 @@ def _names(c: Client) -> set[str]:
 def test_client_fails_pending_tasks_when_the_queen_stays_dead(procs: Procs) -> None:
     queen, ep = procs.queen(*HB)
     with Client(ep, queen_wait=1.0) as c:
-        fut = c.submit("nobody-serves-this", wait=60)
-        time.sleep(0.3)
+        fut = c.submit("nobody-serves-this", wait=60, ack=True)
+        wait_for(lambda: fut.acknowledged, what="the queen to hold the task")
         queen.send_signal(signal.SIGKILL)
         with pytest.raises(QueenUnreachable, match="unreachable"):
             fut.result(15)

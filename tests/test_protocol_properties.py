@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,7 @@ def messages(draw: st.DrawFn) -> Message:
                    ref=draw(st.one_of(st.none(), names)))
 
 
+@pytest.mark.slow
 @given(messages())
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 def test_binary_roundtrip_is_identity(msg: Message) -> None:
@@ -90,6 +92,7 @@ def test_arbitrary_json_like_bytes(data: bytes) -> None:
         pass
 
 
+@pytest.mark.slow
 @given(messages(), st.data())
 @settings(max_examples=300)
 def test_mutated_frames_decode_or_raise_protocol_error(msg: Message, data: st.DataObject) -> None:

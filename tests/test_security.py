@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from meshant import Client, Forager, MeshantError, Queen, QueenUnreachable, Refused
 from meshant.builtin import add_builtins
@@ -98,6 +99,7 @@ def test_unauthorized_key_never_reaches_the_queen(secure: Any) -> None:
     assert q.counters["messages"] == before  # the handshake failed: nothing got through
 
 
+@pytest.mark.slow
 def test_wrong_queen_key_is_a_clear_client_error(secure: Any) -> None:
     keys, q, ctx, _ = secure
     _, csec = keys.files["c2"]
@@ -128,6 +130,9 @@ def test_pub_stream_unreadable_without_keys(secure: Any) -> None:
     plain = ctx.socket(zmq.SUB)
     plain.setsockopt(zmq.SUBSCRIBE, b"")
     plain.setsockopt(zmq.LINGER, 0)
+    handshakes = plain.get_monitor_socket(
+        zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
     plain.connect(q.pub_endpoint)
     _, csec = keys.files["speaker"]
     c = Client(q.endpoint, name="speaker", curve_secret=csec, queen_key=str(keys.queen_pub),
@@ -138,10 +143,18 @@ def test_pub_stream_unreadable_without_keys(secure: Any) -> None:
         c.broadcast("news.x", "classified")
         time.sleep(0.1)
     assert heard and heard[0] == "classified"
-    assert plain.poll(500) == 0  # no heartbeat, no broadcast: the handshake never happened
+    # The plain socket tried its handshake and was refused ...
+    assert handshakes.poll(5000), "the plain subscriber never tried a handshake"
+    event = recv_monitor_message(handshakes)["event"]
+    assert event != zmq.EVENT_HANDSHAKE_SUCCEEDED, event
+    # ... so no heartbeat, no broadcast reached it.
+    assert plain.poll(0) == 0
+    plain.disable_monitor()
+    handshakes.close(0)
     plain.close(0)
 
 
+@pytest.mark.slow
 def test_revoked_key_is_dropped_on_reload(secure: Any) -> None:
     keys, q, ctx, owned = secure
     pub, csec = keys.files["temp"]
@@ -211,7 +224,7 @@ def test_each_limit_answers_with_its_code(colony: Colony) -> None:
 
     assert ask("hello", {"role": "client", "versions": [2], "name": "no spaces"}) == "bad-name"
     c.close()  # make room under --max-peers
-    time.sleep(0.2)
+    wait_for(lambda: c.name not in q.registry.by_name, what="the closed client to leave")
     assert ask("hello", {"role": "client", "versions": [2], "name": "raw"}) == "welcome"
     assert ask("broadcast", {"topic": "bad topic", "data": 1}, frm="raw") == "bad-topic"
     assert ask("note", {"text": "two\nlines"}, frm="raw", to="raw") == "bad-value"

@@ -1,0 +1,42 @@
+"""The ``meshant`` command line, a module per command group.
+
+``main`` is the click group (the console script and ``python -m meshant``); each module
+adds its commands. Every command that connects to a queen as a client takes the same
+connection options, from :func:`._options.client_options`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from .._version import __version__
+from . import bench, control, demo, discover, dlq, forager, journal, keys, queen, tasks
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="meshant")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) to stderr.")
+def main(verbose: int) -> None:
+    """meshant: a ZeroMQ agent mesh.
+
+    A queen hands tasks to foragers (workers) and returns results to clients.
+    Try `meshant demo` for a local colony doing real work, or start one yourself:
+
+    \b
+      meshant queen &
+      meshant forager &            # serves echo, sleep, fail, stream
+      meshant submit echo '{"hello": "world"}'
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+for _module in (queen, forager, tasks, control, dlq, journal, keys, discover, demo, bench):
+    for _cmd in _module.COMMANDS:
+        main.add_command(_cmd)
+
+__all__ = ["main"]

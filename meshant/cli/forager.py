@@ -1,0 +1,131 @@
+"""``meshant forager``: run a forager serving the demo capabilities or an --app's."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+from typing import Any
+
+import click
+
+from ..errors import MeshantError
+from ..forager import Forager
+from ._options import JSON_OPT, Connection, echo_flush, jsonable, labels, peer_options
+
+
+def load_app(spec: str) -> Any:
+    """Import ``module:attribute`` (a Forager, a dict of capability → handler, or a function)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise click.BadParameter("expected module:attribute", param_hint="--app")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise click.BadParameter(f"cannot import {module_name!r}: {e}", param_hint="--app")
+    if not attr:
+        found = [v for v in vars(module).values() if isinstance(v, Forager)]
+        if len(found) != 1:
+            raise click.BadParameter(f"{module_name!r} has {len(found)} Forager objects; "
+                                     "name one as module:attribute", param_hint="--app")
+        return found[0]
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}",
+                                 param_hint="--app") from None
+
+
+def _serve(f: Forager, app: str) -> None:
+    """Give ``f`` the handlers (and message callbacks) that ``--app`` names."""
+    target = load_app(app)
+    if isinstance(target, Forager):
+        for cap, h in target.handlers.items():
+            f.add_handler(cap, h.fn, batch=h.batch, inline=h.inline)
+        for cb in target.message_callbacks:
+            f.on_message(cb)
+    elif isinstance(target, dict):
+        for cap, fn in target.items():
+            f.add_handler(str(cap), fn)
+    elif callable(target):
+        f.add_handler(target.__name__, target)
+    else:
+        raise click.BadParameter(f"{app!r} is not a Forager, dict or function",
+                                 param_hint="--app")
+
+
+@click.command()
+@peer_options
+@click.option("--app", "-a", "app", metavar="MODULE:ATTR",
+              help="Handlers to serve: a Forager object, a dict of capability → function, "
+                   "or a function (its name is the capability). Default: the demo "
+                   "capabilities echo, sleep, fail and stream.")
+@click.option("--name", "-n", help="Forager name (default forager-<host>-<pid>-<rand>).")
+@click.option("--slots", "-s", type=click.IntRange(1, 10_000), default=1, show_default=True,
+              envvar="MESHANT_SLOTS", show_envvar=True, help="Tasks run at once.")
+@click.option("--label", "-l", "label_values", multiple=True, metavar="KEY=VALUE",
+              help="A label tasks can require (repeatable).")
+@click.option("--builtins/--no-builtins", default=None,
+              help="Also serve the demo capabilities (default: only without --app).")
+@click.option("--subscribe", "subscriptions", multiple=True, metavar="PREFIX",
+              help="Print broadcasts whose topic starts with PREFIX as JSON lines "
+                   "(repeatable; '' for all).")
+@click.option("--drain-timeout", type=float, default=600.0, show_default=True,
+              help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
+@JSON_OPT
+def forager(conn: Connection, app: str | None, name: str | None, slots: int,
+            label_values: tuple[str, ...], builtins: bool | None,
+            subscriptions: tuple[str, ...], drain_timeout: float, as_json: bool) -> None:
+    """Run a forager that serves tasks for the queen.
+
+    SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
+    once and hands its running tasks back to the queen.
+    """
+    from ..builtin import add_builtins
+
+    try:
+        f = Forager(conn.endpoint, name=name, slots=slots, labels=labels(label_values),
+                    **conn.peer_kwargs())
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    for prefix in subscriptions:
+        try:
+            f.subscribe(prefix, _print_broadcast)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--subscribe") from None
+    if app is not None:
+        _serve(f, app)
+    if builtins or (builtins is None and app is None):
+        add_builtins(f)
+    ready = threading.Thread(target=_announce, args=(f, as_json), daemon=True)
+    ready.start()
+    try:
+        f.run(drain_timeout=drain_timeout)
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    if f.refusal is not None:
+        raise click.ClickException(str(f.refusal))
+
+
+def _print_broadcast(topic: str, data: Any, msg: Any) -> None:
+    echo_flush(json.dumps({"event": "broadcast", "topic": topic, "from": msg.frm,
+                           "data": jsonable(data)}))
+
+
+def _announce(f: Forager, as_json: bool) -> None:
+    while not f.wait_welcomed(0.5):
+        if f.stopping:
+            return
+    if f.refusal is not None or f.stopping:
+        return
+    if as_json:
+        echo_flush(json.dumps({"event": "ready", "name": f.name, "queen": f.queen,
+                               "slots": f.slots, "tools": f.tools, "epoch": f.epoch}))
+    else:
+        echo_flush(f"meshant forager {f.name!r} ready: queen={f.queen} slots={f.slots} "
+                   f"tools={','.join(f.tools)}")
+
+
+COMMANDS = [forager]

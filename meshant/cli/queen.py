@@ -1,0 +1,148 @@
+"""``meshant queen``: run a queen."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from ..errors import MeshantError
+from ._options import JSON_OPT
+
+
+def _stop_on_signals(stop: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop())
+
+
+@click.command()
+@click.option("--bind", "-b", envvar="MESHANT_BIND", show_envvar=True,
+              default="tcp://127.0.0.1:5670", show_default=True,
+              help="ROUTER endpoint foragers and clients connect to (port 0 picks one).")
+@click.option("--pub", envvar="MESHANT_PUB", show_envvar=True,
+              default="tcp://127.0.0.1:5671", show_default=True,
+              help="PUB endpoint for broadcasts and the queen's heartbeat.")
+@click.option("--name", default="queen", show_default=True, help="This queen's name.")
+@click.option("--assign-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds an assignment may go without a sign of life before the task "
+                   "is reissued to another forager.")
+@click.option("--hb-interval", type=float, default=1.0, show_default=True,
+              help="Heartbeat interval in seconds, for the queen and its peers.")
+@click.option("--hb-misses", type=int, default=5, show_default=True,
+              help="Missed heartbeats before a peer is declared offline.")
+@click.option("--max-queued", "--max-queue", "max_queue", type=click.IntRange(1),
+              default=100_000, show_default=True,
+              help="Queued tasks allowed before submissions get 'queue full' at once.")
+@click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
+              help="Seconds a task waits for a forager offering its capability before failing.")
+@click.option("--pub-hwm", type=click.IntRange(1), default=None,
+              help="Messages queued per subscriber before PUB drops the newest for it. "
+                   "Default: --pub-buffer / --max-broadcast.")
+@click.option("--pub-buffer", type=click.IntRange(1024), default=64 * 1024 * 1024,
+              show_default=True, help="Bytes the queen may hold for one slow subscriber.")
+@click.option("--max-broadcast", type=click.IntRange(1024), default=128 * 1024,
+              show_default=True, help="Largest broadcast, in bytes ('too-large').")
+@click.option("--mem-max-keys", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Keys the colony memory may hold.")
+@click.option("--mem-max-value", type=click.IntRange(1), default=65536, show_default=True,
+              help="Largest colony memory value, in bytes (msgpack-encoded).")
+@click.option("--colony", default="default", show_default=True, envvar="MESHANT_COLONY",
+              help="Colony name advertised by mDNS, so colonies sharing a network stay apart.")
+@click.option("--advertise/--no-advertise", default=None,
+              help="Advertise this queen by mDNS (zeroconf). Default: on when bound to a "
+                   "non-loopback address.")
+@click.option("--mdns-interface", "mdns_interfaces", multiple=True, metavar="IP",
+              help="Advertise on this interface address only (repeatable; default: the "
+                   "bind address's).")
+@click.option("--curve-secret", envvar="MESHANT_CURVE_SECRET", metavar="FILE",
+              help="The queen's CURVE key pair (.key_secret): turns on encryption and "
+                   "authentication on both sockets. Needs --authorized.")
+@click.option("--authorized", metavar="DIR", envvar="MESHANT_AUTHORIZED",
+              help="Folder of public keys (.key files) allowed to connect; re-read on "
+                   "SIGHUP and when it changes.")
+@click.option("--max-peers", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Registered peers at most ('too-many-peers' beyond).")
+@click.option("--max-message", type=click.IntRange(1024), default=64 * 1024 * 1024,
+              show_default=True, help="Largest frame accepted, in bytes ('too-large').")
+@click.option("--peer-hwm", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Messages queued per peer, each way, before sends to it are dropped.")
+@click.option("--submit-rate", type=click.FloatRange(0.1), default=10_000.0,
+              show_default=True, help="Submissions per second per peer ('rate-limited').")
+@click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
+              default="meshant-queen.db", show_default=True, show_envvar=True,
+              help="Journal tasks to this SQLite file: restarted on it, the queen loses no "
+                   "task. ':memory:' for a volatile queen.")
+@click.option("--retention", type=float, default=86_400.0, show_default=True,
+              help="Seconds finished tasks stay in the journal (dead letters stay).")
+@click.option("--retry-base", type=float, default=0.5, show_default=True,
+              help="First retry waits up to this many seconds (full jitter, doubling).")
+@click.option("--retry-cap", type=float, default=30.0, show_default=True,
+              help="Longest wait before a retry, in seconds.")
+@click.option("--breaker-threshold", type=click.IntRange(1), default=5, show_default=True,
+              help="Consecutive failing tasks that open a forager's or capability's circuit.")
+@click.option("--breaker-cooldown", type=float, default=30.0, show_default=True,
+              help="Seconds an open circuit waits before letting one trial through.")
+@JSON_OPT
+def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
+          hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int | None,
+          pub_buffer: int, max_broadcast: int,
+          mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
+          mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
+          max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
+          journal: str | None, retention: float, retry_base: float, retry_cap: float,
+          breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
+    """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
+    from ..discovery import is_loopback
+    from ..queen import Queen
+
+    try:
+        q = Queen(bind, pub, name=name, assign_timeout=assign_timeout,
+                  hb_interval=hb_interval, hb_misses=hb_misses, max_queue=max_queue,
+                  no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
+                  pub_buffer=pub_buffer, max_broadcast=max_broadcast,
+                  mem_max_keys=mem_max_keys, mem_max_value=mem_max_value, colony=colony,
+                  advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
+                  curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,
+                  max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate,
+                  journal=journal, retention=retention, retry_base=retry_base,
+                  retry_cap=retry_cap, breaker_threshold=breaker_threshold,
+                  breaker_cooldown=breaker_cooldown)
+    except (MeshantError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if curve_secret is None and is_loopback(bind):
+        click.echo("meshant queen: no CURVE keys, so listening on loopback only (other "
+                   "machines cannot join); see --curve-secret and docs/security.md", err=True)
+    elif curve_secret is None and not bind.startswith(("ipc:", "inproc:")):
+        click.echo(f"warning: {bind} is reachable beyond this machine and CURVE is off: "
+                   "anyone who can connect can join, read broadcasts and submit work. Use "
+                   "--curve-secret/--authorized (see docs/security.md).", err=True)
+    _stop_on_signals(q.stop)
+    signal.signal(signal.SIGHUP, lambda *_: q.reload_keys())
+    t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
+    t.start()
+    try:
+        q.run()
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    if not as_json:
+        click.echo(f"meshant queen {name!r} stopped", err=True)
+
+
+def _announce(q: Any, as_json: bool) -> None:
+    if not q.wait_ready(30):
+        return
+    if as_json:
+        click.echo(json.dumps({"event": "ready", "name": q.name, "router": q.endpoint,
+                               "pub": q.pub_endpoint, "epoch": q.epoch, "colony": q.colony,
+                               "advertised": q.advertiser is not None}))
+    else:
+        click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
+                   f"epoch={q.epoch}")
+    sys.stdout.flush()
+
+
+COMMANDS = [queen]
