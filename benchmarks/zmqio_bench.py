@@ -24,7 +24,7 @@ from typing import Any
 
 import zmq
 
-from meshant import _zmqio
+from meshant.actors import _zmqio
 
 IDENTITY = b"\x00k\x8bEg"  # what a ROUTER's generated identity looks like (5 bytes)
 FRAME = bytes(range(200))

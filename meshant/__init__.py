@@ -1,8 +1,10 @@
 """meshant — a ZeroMQ agent mesh: a queen, foragers and clients speaking IACP/2."""
 
-from ._version import __version__
-from .client import AsyncClient, Client, TaskFuture, Update
-from .errors import (
+from meshant._version import __version__
+from meshant.actors.client import AsyncClient, Client, TaskFuture, Update
+from meshant.actors.forager import Forager, TaskContext
+from meshant.actors.queen import Queen
+from meshant.errors import (
     ConfigError,
     DeadlineExceeded,
     MeshantError,
@@ -15,9 +17,7 @@ from .errors import (
     TaskFailed,
     TooLarge,
 )
-from .forager import Forager, TaskContext
-from .protocol import Blob, Message, ProtocolError
-from .queen import Queen
+from meshant.protocol import Blob, Message, ProtocolError
 
 __all__ = [
     "AsyncClient",

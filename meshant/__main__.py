@@ -1,3 +1,3 @@
-from .cli import main
+from meshant.cli import main
 
 main()

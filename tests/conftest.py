@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import zmq
 
-from meshant import Client, Forager, Queen, _procs
+from meshant import Client, Forager, Queen
+from meshant.edges import _procs
 
 # CLI queens journal to ./meshant-queen.db by default; tests that want a journal give
 # their own path, the rest run volatile queens (and never share a file).

@@ -172,7 +172,7 @@ def test_embedded_forager_example(procs: Procs) -> None:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "SECONDS_TO_RUN": "30"})
     procs.all.append(p)
-    from meshant import _procs
+    from meshant.edges import _procs
     _procs.read_json_line(p, 20)
     with Client(ep) as c:
         assert c.run("word_count", "a b c", result_timeout=10) == {"words": 3}
@@ -252,7 +252,7 @@ def test_every_client_command_takes_the_same_connection_options() -> None:
 
 
 def test_memory_commands_speak_curve(procs: Procs, tmp_path: Path) -> None:
-    from meshant.security import generate
+    from meshant.edges.security import generate
 
     keys, authorized = tmp_path / "keys", tmp_path / "authorized"
     authorized.mkdir()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from meshant import Client, MeshantError, Queen
-from meshant.journal import Journal
-from meshant.scheduler import DuplicateTask, Task
+from meshant.core.scheduler import DuplicateTask, Task
+from meshant.storage.journal import Journal
 
 from .conftest import Colony, Procs, wait_for
 from .test_cli import meshant

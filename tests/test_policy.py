@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from meshant.policy import CLOSED, HALF_OPEN, OPEN, Backoff, Breaker
+from meshant.core.policy import CLOSED, HALF_OPEN, OPEN, Backoff, Breaker
 
 
 def test_backoff_is_full_jitter_exponential_and_capped() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshant import protocol as p
-from meshant.journal import Journal
-from meshant.queen_core import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.storage.journal import Journal
 
 from .colony_sim import SimColony
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from meshant.registry import Node, Registry
-from meshant.scheduler import (
+from meshant.core.registry import Node, Registry
+from meshant.core.scheduler import (
     COMPLETED,
     FAILED,
     QUEUED,
@@ -505,7 +505,7 @@ def test_a_queued_task_carries_no_per_task_containers() -> None:
 
 
 def test_liveness_checks_skip_until_due_but_never_miss_a_deadline() -> None:
-    from meshant.heartbeat import HeartbeatMonitor
+    from meshant.core.heartbeat import HeartbeatMonitor
 
     m = HeartbeatMonitor(interval=1.0, misses=3)
     m.add("a", 0.0)

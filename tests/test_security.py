@@ -17,9 +17,9 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from meshant import Client, Forager, MeshantError, Queen, QueenUnreachable, Refused
-from meshant.builtin import add_builtins
+from meshant.edges.builtin import add_builtins
+from meshant.edges.security import generate
 from meshant.protocol import Message, binary
-from meshant.security import generate
 
 from .conftest import Colony, wait_for
 

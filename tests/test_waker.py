@@ -6,7 +6,7 @@ import os
 
 import zmq
 
-from meshant._waker import Waker
+from meshant.actors._waker import Waker
 
 
 def test_wake_wakes_a_poller_and_drain_resets() -> None:

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from .._version import __version__
-from . import bench, control, demo, discover, dlq, forager, journal, keys, queen, tasks
+from meshant._version import __version__
+from meshant.cli import bench, control, demo, discover, dlq, forager, journal, keys, queen, tasks
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

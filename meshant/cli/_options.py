@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..errors import MeshantError
+from meshant.errors import MeshantError
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from meshant.actors.client import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,7 +69,7 @@ class Connection:
         """A connected Client, closed on the way out. Failing to connect, and any
         MeshantError or ValueError while it is used, become a one-line click error
         (exit 1)."""
-        from ..client import Client
+        from meshant.actors.client import Client
 
         try:
             c = Client(self.endpoint, timeout=self.timeout, **self.peer_kwargs())

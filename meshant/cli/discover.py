@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._options import JSON_OPT
+from meshant.cli._options import JSON_OPT
 
 
 @click.command("discover")
@@ -16,7 +16,7 @@ from ._options import JSON_OPT
 @JSON_OPT
 def discover_cmd(timeout: float, colony: str | None, as_json: bool) -> None:
     """List the queens advertised by mDNS on this network, with their endpoints."""
-    from ..discovery import discover, env_interfaces
+    from meshant.edges.discovery import discover, env_interfaces
 
     queens = discover(timeout, colony, env_interfaces())
     if as_json:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._options import JSON_OPT, Connection, client_options, jsonable
+from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable
 
 
 @click.group()

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from ..errors import MeshantError
-from ..forager import Forager
-from ._options import JSON_OPT, Connection, echo_flush, jsonable, labels, peer_options
+from meshant.actors.forager import Forager
+from meshant.cli._options import JSON_OPT, Connection, echo_flush, jsonable, labels, peer_options
+from meshant.errors import MeshantError
 
 
 def load_app(spec: str) -> Any:
@@ -83,7 +83,7 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
     once and hands its running tasks back to the queen.
     """
-    from ..builtin import add_builtins
+    from meshant.edges.builtin import add_builtins
 
     try:
         f = Forager(conn.endpoint, name=name, slots=slots, labels=labels(label_values),

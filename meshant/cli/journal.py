@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ._options import JSON_OPT, jsonable
+from meshant.cli._options import JSON_OPT, jsonable
 
 JOURNAL_OPT = click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
                            default="meshant-queen.db", show_default=True,
@@ -19,7 +19,7 @@ JOURNAL_OPT = click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL"
 
 
 def _open_journal(path: str) -> Any:
-    from ..journal import Journal, JournalError
+    from meshant.storage.journal import Journal, JournalError
 
     if not os.path.exists(path):
         raise click.ClickException(f"no journal at {path} (give --journal PATH)")

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..errors import MeshantError
-from ._options import JSON_OPT
+from meshant.cli._options import JSON_OPT
+from meshant.errors import MeshantError
 
 
 def _stop_on_signals(stop: Any) -> None:
@@ -96,8 +96,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           journal: str | None, retention: float, retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
-    from ..discovery import is_loopback
-    from ..queen import Queen
+    from meshant.actors.queen import Queen
+    from meshant.edges.discovery import is_loopback
 
     try:
         q = Queen(bind, pub, name=name, assign_timeout=assign_timeout,

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..errors import MeshantError
-from ._options import JSON_OPT, Connection, client_options, jsonable, labels
+from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable, labels
+from meshant.errors import MeshantError
 
 
 def _payloads(payload: str | None, count: int) -> Iterator[Any]:

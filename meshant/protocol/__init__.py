@@ -1,11 +1,19 @@
 """The meshant wire protocol, sans-IO: message model, kind table, codecs, negotiation."""
 
-from . import binary, legacy
-from .codec import BINARY, JSON, decode_any, encode_for
-from .errors import ProtocolError
-from .kinds import BY_CODE, BY_NAME, KINDS, NOTE_MAX, Kind, kind_by_name, validate_body
-from .message import BLOB_MIN, Blob, IdMaker, Message, new_id
-from .negotiation import QueenTerms, Refusal, Welcome, negotiate, valid_name
+from meshant.protocol import binary, legacy
+from meshant.protocol.codec import BINARY, JSON, decode_any, encode_for
+from meshant.protocol.errors import ProtocolError
+from meshant.protocol.kinds import (
+    BY_CODE,
+    BY_NAME,
+    KINDS,
+    NOTE_MAX,
+    Kind,
+    kind_by_name,
+    validate_body,
+)
+from meshant.protocol.message import BLOB_MIN, Blob, IdMaker, Message, new_id
+from meshant.protocol.negotiation import QueenTerms, Refusal, Welcome, negotiate, valid_name
 
 __all__ = [
     "BINARY",

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import (
+from meshant.protocol.errors import (
     BAD_BLOB,
     BAD_MAGIC,
     BAD_MSGPACK,
@@ -26,8 +26,8 @@ from .errors import (
     TRUNCATED,
     ProtocolError,
 )
-from .kinds import BY_CODE, BY_NAME, kind_by_code, kind_by_name, validate_body
-from .message import Blob, Message
+from meshant.protocol.kinds import BY_CODE, BY_NAME, kind_by_code, kind_by_name, validate_body
+from meshant.protocol.message import Blob, Message
 
 MAGIC = b"MA"
 VERSION = 2

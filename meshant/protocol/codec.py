@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import binary, legacy
-from .errors import TRUNCATED, ProtocolError
-from .message import Message
+from meshant.protocol import binary, legacy
+from meshant.protocol.errors import TRUNCATED, ProtocolError
+from meshant.protocol.message import Message
 
 BINARY = "iacp2"
 JSON = "iacp1.1"

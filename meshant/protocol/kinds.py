@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import BAD_TYPE, BAD_VALUE, MISSING_FIELD, UNKNOWN_KIND, ProtocolError
+from meshant.protocol.errors import BAD_TYPE, BAD_VALUE, MISSING_FIELD, UNKNOWN_KIND, ProtocolError
 
 NOTE_MAX = 80
 

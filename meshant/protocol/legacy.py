@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .binary import from_envelope
-from .errors import BAD_JSON, BAD_TYPE, BAD_VERSION, MISSING_FIELD, TOO_LARGE, ProtocolError
-from .kinds import kind_by_name, validate_body
-from .message import Blob, Message
+from meshant.protocol.binary import from_envelope
+from meshant.protocol.errors import (
+    BAD_JSON,
+    BAD_TYPE,
+    BAD_VERSION,
+    MISSING_FIELD,
+    TOO_LARGE,
+    ProtocolError,
+)
+from meshant.protocol.kinds import kind_by_name, validate_body
+from meshant.protocol.message import Blob, Message
 
 LEGACY_VERSION = "1.1"
 DEFAULT_MAX_JSON = 1024 * 1024

@@ -6,7 +6,7 @@ import itertools
 import secrets
 from typing import Any
 
-from .kinds import kind_by_name, validate_body
+from meshant.protocol.kinds import kind_by_name, validate_body
 
 # Byte payloads from this size on travel as raw frames; smaller ones are cheaper inline
 # as msgpack bin (a copy of a few KB costs less than an extra frame per hop).

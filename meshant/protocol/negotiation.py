@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .binary import SUPPORTED_VERSIONS
+from meshant.protocol.binary import SUPPORTED_VERSIONS
 
 ROLES = ("forager", "client")
 FEATURES = ("batch", "progress", "blobs", "mem.sync", "broadcast")

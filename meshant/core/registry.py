@@ -9,10 +9,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .heartbeat import HeartbeatMonitor
+from meshant.core.heartbeat import HeartbeatMonitor
 
 if TYPE_CHECKING:
-    from .scheduler import Attempt
+    from meshant.core.scheduler import Attempt
 
 # Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
 # registration this many heartbeat timeouts (a direct client may sit idle between calls),

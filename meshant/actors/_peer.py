@@ -23,16 +23,16 @@ from typing import Any
 
 import zmq
 
-from . import protocol as p
-from ._waker import Waker
-from ._zmqio import EVENTS as _EVENTS
-from ._zmqio import POLLIN as _POLLIN
-from ._zmqio import recv_frames, send_frames
-from .colony_memory import Memory
-from .errors import ConfigError, MeshantError, QueenUnreachable, Refused
-from .heartbeat import HeartbeatMonitor
-from .protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
-from .security import client_socket, load_public, load_secret
+from meshant import protocol as p
+from meshant.actors._waker import Waker
+from meshant.actors._zmqio import EVENTS as _EVENTS
+from meshant.actors._zmqio import POLLIN as _POLLIN
+from meshant.actors._zmqio import recv_frames, send_frames
+from meshant.actors.colony_memory import Memory
+from meshant.core.heartbeat import HeartbeatMonitor
+from meshant.edges.security import client_socket, load_public, load_secret
+from meshant.errors import ConfigError, MeshantError, QueenUnreachable, Refused
+from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
 log = logging.getLogger("meshant")
 
@@ -172,7 +172,7 @@ class Peer:
         """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
         if self.queen:
             return
-        from .discovery import Follower, env_interfaces
+        from meshant.edges.discovery import Follower, env_interfaces
 
         if self._follower is None:
             self._follower = Follower(self.colony, env_interfaces())

@@ -21,8 +21,8 @@ from typing import Any
 
 import zmq
 
-from . import protocol as p
-from ._peer import Peer
+from meshant import protocol as p
+from meshant.actors._peer import Peer
 
 log = logging.getLogger("meshant.forager")
 

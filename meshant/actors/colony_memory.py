@@ -13,12 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from . import protocol as p
-from .errors import MeshantError
-from .memory import RESYNC, MemoryReplica, check_key
+from meshant import protocol as p
+from meshant.core.memory import RESYNC, MemoryReplica, check_key
+from meshant.errors import MeshantError
 
 if TYPE_CHECKING:
-    from ._peer import Peer
+    from meshant.actors._peer import Peer
 
 log = logging.getLogger("meshant.memory")
 
@@ -109,7 +109,7 @@ class Memory:
             self._peer.call_soon(self._start)
 
     def _start(self) -> None:
-        from ._peer import MEM_TOPIC
+        from meshant.actors._peer import MEM_TOPIC
 
         self._peer._subscribe(MEM_TOPIC)
         if self._peer.connected:

@@ -27,8 +27,8 @@ from zeroconf import (
     Zeroconf,
 )
 
-from .errors import MeshantError, QueenUnreachable
-from .protocol.binary import SUPPORTED_VERSIONS
+from meshant.errors import MeshantError, QueenUnreachable
+from meshant.protocol.binary import SUPPORTED_VERSIONS
 
 log = logging.getLogger("meshant.discovery")
 

@@ -1,4 +1,4 @@
-"""The queen: binds a ROUTER and a PUB and drives a :class:`~meshant.queen_core.QueenCore`.
+"""The queen: binds a ROUTER and a PUB and drives a :class:`~meshant.core.queen.QueenCore`.
 
 A thin driver: one I/O thread owns both sockets and runs a ``zmq.Poller`` loop. It reads
 the clock, feeds the core what arrives, and carries out what the core decides — sends,
@@ -19,16 +19,17 @@ from typing import Any
 
 import zmq
 
-from . import _zmqio as _zio
-from . import protocol as p
-from ._waker import Waker
-from .errors import MeshantError
-from .journal import Journal, JournalError
-from .memory import MemoryStore
-from .queen_core import Publish, QueenConfig, QueenCore, Record, Send, _Info
-from .registry import ACTIVE, DRAINING, Registry
-from .scheduler import Scheduler
-from .security import Authorized, load_secret, server_socket
+from meshant import protocol as p
+from meshant.actors import _zmqio as _zio
+from meshant.actors._waker import Waker
+from meshant.core.memory import MemoryStore
+from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.core.queen_state import _Info
+from meshant.core.registry import ACTIVE, DRAINING, Registry
+from meshant.core.scheduler import Scheduler
+from meshant.edges.security import Authorized, load_secret, server_socket
+from meshant.errors import MeshantError
+from meshant.storage.journal import Journal, JournalError
 
 log = logging.getLogger("meshant.queen")
 
@@ -40,7 +41,7 @@ class Queen:
 
     ``bind`` and ``pub`` are ZeroMQ endpoints (``tcp://127.0.0.1:0`` picks a free port;
     the bound endpoints are in :attr:`endpoint` and :attr:`pub_endpoint` once started).
-    Settings come as a :class:`~meshant.queen_core.QueenConfig` (``config=``) or as
+    Settings come as a :class:`~meshant.core.queen.QueenConfig` (``config=``) or as
     keyword arguments of the same names. Use :meth:`run` to serve in the calling thread
     or :meth:`start`/:meth:`stop` to serve from a background thread.
     """
@@ -251,7 +252,7 @@ class Queen:
         log.info("reloaded %d authorized keys", len(auth.grants))
 
     def _start_advertising(self) -> None:
-        from .discovery import Advertiser, advertise_interfaces, is_loopback
+        from meshant.edges.discovery import Advertiser, advertise_interfaces, is_loopback
 
         tcp = self.endpoint.startswith("tcp://")
         on = self.config.advertise if self.config.advertise is not None else (

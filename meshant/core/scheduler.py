@@ -22,8 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .policy import Backoff, Breaker
-from .registry import ACTIVE, Node, Registry
+from meshant.core.policy import Backoff, Breaker
+from meshant.core.registry import ACTIVE, Node, Registry
 
 QUEUED = "queued"
 ASSIGNED = "assigned"

@@ -21,9 +21,9 @@ from typing import Any
 import msgpack
 import zmq
 
-from . import _procs
-from .client import Client
-from .stats import summary
+from meshant.actors.client import Client
+from meshant.edges import _procs
+from meshant.edges.stats import summary
 
 
 @dataclass
@@ -107,9 +107,9 @@ class MeshTopology:
         self.inproc: list[Any] = []
         self.ctx: zmq.Context[Any] | None = None
         if transport == "inproc":
-            from .builtin import add_builtins
-            from .forager import Forager
-            from .queen import Queen
+            from meshant.actors.forager import Forager
+            from meshant.actors.queen import Queen
+            from meshant.edges.builtin import add_builtins
 
             self.ctx = zmq.Context()
             q = Queen(self.eps.next(), self.eps.next(), context=self.ctx).start()
@@ -146,7 +146,7 @@ class RawTopology:
     """The floor: a forwarding broker and ``n`` echo workers in raw pyzmq."""
 
     def __init__(self, transport: str, workers: int = 1) -> None:
-        from . import _rawzmq
+        from meshant.edges import _rawzmq
 
         self.eps = _Endpoints(transport)
         self.procs: list[subprocess.Popen[str]] = []
@@ -174,14 +174,14 @@ class RawTopology:
                 raise RuntimeError("the raw workers did not register within 10 s")
             self.endpoint = front
             return
-        b = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "broker",
+        b = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "broker",
                               self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.procs.append(b)
         info = _procs.read_json_line(b, 20)
         self.endpoint = info["front"]
         for _ in range(workers):
-            w = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "worker",
+            w = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "worker",
                                   info["back"]], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
             self.procs.append(w)
@@ -450,7 +450,7 @@ def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
     rounds = max(20, sizes.seq // 10)
     ctx: zmq.Context[Any] = zmq.Context()
     mesh = MeshTopology("tcp", foragers=0)
-    raw_b = subprocess.Popen([sys.executable, "-m", "meshant._rawzmq", "pubbroker",
+    raw_b = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "pubbroker",
                               "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -492,7 +492,7 @@ def forager_swarm(endpoint: str, n: int, prefix: str) -> None:
     import json
     import signal
 
-    from .forager import Forager
+    from meshant.actors.forager import Forager
 
     foragers = []
     for i in range(n):

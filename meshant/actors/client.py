@@ -22,9 +22,9 @@ from typing import Any
 
 import zmq
 
-from . import protocol as p
-from ._peer import Peer
-from .errors import (
+from meshant import protocol as p
+from meshant.actors._peer import Peer
+from meshant.errors import (
     MeshantError,
     QueenUnreachable,
     QueueFull,

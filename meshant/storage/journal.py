@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from .protocol.message import Blob
+from meshant.protocol.message import Blob
 
 SCHEMA_VERSION = 2
 APP = "meshant-journal"

@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
-from . import _procs
-from .client import Client
-from .errors import MeshantError, TaskFailed
-from .stats import summary
+from meshant.actors.client import Client
+from meshant.edges import _procs
+from meshant.edges.stats import summary
+from meshant.errors import MeshantError, TaskFailed
 
 STORY = ("the queen hands out work and the foragers stream their answers back "
          "word by word like a language model streaming tokens")

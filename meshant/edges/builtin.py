@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .forager import Forager, TaskContext
+from meshant.actors.forager import Forager, TaskContext
 
 
 class DemoError(Exception):

@@ -1,0 +1,276 @@
+"""The queen's logic, sans-IO: peers' messages in, what to do out.
+
+``QueenCore`` owns the registry, the scheduler and the colony memory. A driver (the
+:class:`~meshant.queen.Queen` actor, or a test) feeds it what arrives —
+``receive(identity, frames, key, now)`` — and the passing of time — ``tick(now)``,
+``beat(now)`` — and closes each loop turn with ``end_turn(now)``; then it takes the
+actions to carry out, in order, with ``take()``:
+
+* :class:`Send` — a message for one peer (the driver encodes and sends it);
+* :class:`Publish` — frames for the PUB socket under a topic;
+* :class:`Record` — tasks whose changes the journal must make durable *before* any later
+  action of the same turn leaves.
+
+It reads no clock (``now`` is the driver's monotonic time; wall-clock stamps are ``now``
+plus the ``wall_offset`` the driver gives) and touches no socket, so whole colony
+scenarios run in memory (``tests/colony_sim.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.queen_peers import PeerHandlers
+from meshant.core.queen_services import ServiceHandlers
+from meshant.core.queen_state import (
+    BAD_FROM,
+    NOT_REGISTERED,
+    UNSUPPORTED,
+    Action,
+    Grants,
+    Handler,
+    Publish,
+    QueenConfig,
+    Record,
+    Send,
+)
+from meshant.core.queen_tasks import TaskHandlers
+from meshant.core.registry import Node
+from meshant.protocol.codec import BINARY, JSON
+from meshant.protocol.topics import HB_TOPIC
+
+
+class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
+    """The queen's decisions, driven by method calls and a clock argument."""
+
+    def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
+                 authorized: Grants | None = None, archive: Any = None,
+                 restore: Iterable[dict[str, Any]] = (), now: float = 0.0) -> None:
+        super().__init__(config, epoch=epoch, wall_offset=wall_offset, authorized=authorized,
+                         archive=archive, restore=restore, now=now)
+        self._handlers: dict[str, Handler] = {
+            "hello": self._on_hello,
+            "hb": self._on_hb,
+            "task.submit": self._on_submit,
+            "task.accept": self._on_accept,
+            "task.reject": self._on_reject,
+            "task.progress": self._on_progress,
+            "task.result": self._on_result,
+            "task.batch": self._on_batch,
+            "task.cancel": self._on_cancel,
+            "task.status": self._on_task_status,
+            "status.query": self._on_status,
+            "tool.query": self._on_tool_query,
+            "msg": self._on_directed,
+            "note": self._on_directed,
+            "mem.sync": self._on_memory,
+            "broadcast": self._on_broadcast,
+            "dlq": self._on_dlq,
+            "ctl.drain": self._on_control,
+            "ctl.halt": self._on_control,
+        }
+
+    def take(self) -> list[Action]:
+        """The actions decided since the last call, in the order to carry them out."""
+        out, self.out = self.out, []
+        return out
+
+    def receive(self, frames: list[bytes], key: bytes | None, now: float) -> None:
+        """One message from the ROUTER: ``frames[0]`` is the peer's identity; ``key`` the
+        CURVE key its connection authenticated with (or None)."""
+        self._now = now
+        self._handle(frames, key, now)
+
+    def tick(self, now: float) -> None:
+        """Liveness, leases, deadlines, retries and memory expiry (every few ms)."""
+        self._now = now
+        sched = self.scheduler
+        for node in self.registry.expired(now):
+            if node.role == "forager":
+                sched.forager_lost(node, now, "forager went silent")
+        sched.tick(now)
+        for update in self.memory.expire(now):
+            self._publish_mem(update)
+
+    def end_turn(self, now: float) -> None:
+        """Close a loop turn: assign what can be, journal what changed, then what to send."""
+        self._now = now
+        sched = self.scheduler
+        if sched.dirty:
+            sched.dispatch(now)
+        if sched.changed:
+            # Durable before anything about it leaves: one record per turn.
+            self.out.append(Record(list(sched.changed.values())))
+            sched.changed.clear()
+        if sched.out:
+            self._flush()
+        if self._later:
+            later, self._later = self._later, []
+            for node, msg in later:
+                self._send(node, msg)
+
+    def revoke(self, grants: Iterable[bytes], now: float) -> int:
+        """Authorized keys changed: drop the live peers whose key is no longer granted."""
+        self._now = now
+        allowed = set(grants)
+        dropped = 0
+        for node in list(self.registry.by_id.values()):
+            if node.key is not None and node.key not in allowed:
+                self.registry.remove(node, now)
+                if node.role == "forager":
+                    self.scheduler.forager_lost(node, now, "key revoked")
+                dropped += 1
+        return dropped
+
+    def beat(self, now: float) -> None:
+        """The queen's heartbeat on PUB (every ``hb_interval``)."""
+        self._now = now
+        hb = p.Message("hb", {"epoch": self.epoch, "queen": self.name,
+                              "interval": self.registry.hb_interval,
+                              "mem_seq": self.memory.seq},
+                       frm=self.name, ts=self._wall(now))
+        self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))
+
+    def status(self, now: float) -> dict[str, Any]:
+        """Registry, queue depths and counters (what ``meshant status`` shows).
+
+        Safe to call from another thread: it reads snapshots (``list()`` of a dict is
+        atomic under the GIL) and changes nothing.
+        """
+        peers = list(self.registry.by_id.values())
+        foragers = [n.record(now) for n in peers if n.role == "forager"]
+        info = self.info
+        return {
+            "queen": {"name": self.name, "colony": self.config.colony, "epoch": self.epoch,
+                      "advertised": info.advertised, "endpoint": info.endpoint,
+                      "pub": info.pub, "pid": info.pid, "host": info.host,
+                      "uptime": round(now - info.started, 3),
+                      "assign_timeout": self.scheduler.assign_timeout,
+                      "hb_interval": self.registry.hb_interval,
+                      "hb_misses": self.registry.hb_misses},
+            "foragers": foragers,
+            "clients": sum(1 for n in peers if n.role == "client"),
+            "queues": self.scheduler.depths(),
+            "queued": self.scheduler.queued,
+            "running": sum(f["in_flight"] for f in foragers),
+            "counters": {**self.scheduler.counters, **self.counters},
+            "dead_letters": len(self.scheduler.dlq),
+            "breakers": self.scheduler.breakers(),
+            "recently_gone": list(self.registry.gone)[-10:],
+        }
+
+    def _flush(self) -> None:
+        out = self.scheduler.out
+        self.scheduler.out = []
+        mono = self._now
+        wall = self._wall(mono)
+        by_id = self.registry.by_id
+        # Per peer, in one turn: results for a client, assignments for a forager travel
+        # as one message when the peer negotiated batching. Anything else sent to that
+        # peer first flushes its batch, so the order of what it receives never changes.
+        results: dict[bytes, list[dict[str, Any]]] = {}
+        assigns: dict[bytes, tuple[Node, list[dict[str, Any]]]] = {}
+        for action in out:
+            what = action[0]
+            if what == "assign":
+                node, att = action[1], action[2]
+                task = att.task
+                body: dict[str, Any] = {"task": task.id, "attempt": att.number,
+                                        "capability": task.capability, "payload": task.payload}
+                if task.deadline is not None:
+                    left = task.deadline - mono
+                    body["timeout"] = left
+                    body["deadline"] = wall + left
+                if node.codec == JSON:
+                    body["node"] = task.id
+                if "batch" in node.features:
+                    body["id"] = att.id
+                    assigns.setdefault(node.identity, (node, []))[1].append(body)
+                    continue
+                self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
+                                           ts=wall))
+            elif what == "watch":
+                self._send_to(action[1], BINARY, p.Message(
+                    "task.result", action[3], to=action[2], ref=action[3]["task"], ts=wall))
+            elif what == "cancel":
+                node, att = action[1], action[2]
+                if node.identity in assigns:
+                    self._send_assigns(*assigns.pop(node.identity))
+                self._send(node, p.Message("task.cancel", {"task": att.task.id}, to=node.name,
+                                           ref=att.id, ts=wall))
+            else:
+                task, kind, body = action[1], action[2], action[3]
+                client = task.client
+                if kind == "task.result":
+                    peer = by_id.get(client)
+                    if peer is not None and "batch" in peer.features:
+                        results.setdefault(client, []).append(body)
+                        continue
+                if client in results:
+                    self._send_results(client, results.pop(client))
+                self._send_to(client, BINARY,
+                              p.Message(kind, body, to=task.client_name, ref=task.id, ts=wall))
+        for node, items in assigns.values():
+            self._send_assigns(node, items)
+        for client, items2 in results.items():
+            self._send_results(client, items2)
+
+    def _send_assigns(self, node: Node, items: list[dict[str, Any]]) -> None:
+        if len(items) == 1:
+            body = items[0]
+            self._send(node, p.Message("task.assign", body, id=body.pop("id"), to=node.name))
+        else:
+            self._send(node, p.Message("task.assigns", {"assigns": items}, to=node.name))
+
+    def _send_results(self, client: bytes, items: list[dict[str, Any]]) -> None:
+        if len(items) == 1:
+            msg = p.Message("task.result", items[0], ref=items[0]["task"])
+        else:
+            msg = p.Message("task.batch", {"results": items})
+        self._send_to(client, BINARY, msg)
+
+    def _handle(self, frames: list[bytes], key: bytes | None, now: float) -> None:
+        identity = frames[0]
+        self._key = key
+        self.counters["messages"] += 1
+        try:
+            msg, codec = p.decode_any(frames[1:], max_frame=self.config.max_message)
+        except p.ProtocolError as e:
+            self.counters["protocol_errors"] += 1
+            codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
+            ref = p.binary.peek_id(frames[1:]) if codec == BINARY else None
+            self._error_to(identity, codec, e.code, e.message, ref)
+            if e.code == p.errors.TOO_LARGE and codec == BINARY:
+                self._oversized_result(identity, frames[1:], now)
+            return
+        node = self.registry.by_id.get(identity)
+        if node is not None:
+            self.registry.touch(node, now)
+            if msg.frm and msg.frm != node.name:
+                self._error_to(identity, codec, BAD_FROM,
+                               f"'from' is {msg.frm!r} but this peer registered as "
+                               f"{node.name!r}", msg.id)
+                return
+        handler = self._handlers.get(msg.kind)
+        if handler is None:
+            self._error_to(identity, codec, UNSUPPORTED,
+                           f"the queen does not accept {msg.kind!r} messages", msg.id)
+            return
+        if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
+            self.counters["protocol_errors"] += 1
+            if msg.kind == "task.result" and not msg.b.get("partial"):
+                # A forager we declared offline sends the result of an attempt we already
+                # moved on from: count it as the duplicate it is.
+                att = self.scheduler.attempts.get(msg.ref or "")
+                if att is not None and not att.live:
+                    self.scheduler.counters["duplicates"] += 1
+            self._error_to(identity, codec, NOT_REGISTERED,
+                           "say hello first: this peer is not registered with the queen",
+                           msg.id)
+            return
+        handler(identity, node, msg, codec, now)
+
+
+__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "Send"]

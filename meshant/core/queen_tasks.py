@@ -1,0 +1,243 @@
+"""The queen core's task messages: submissions (validation, idempotency, re-sent ids),
+foragers' accepts, rejects, progress and results (fenced by attempt), cancels, status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.queen_state import (
+    DUPLICATE_TASK,
+    NOT_YOURS,
+    QUEUE_FULL,
+    RATE_LIMITED,
+    UNKNOWN_TASK,
+    QueenState,
+)
+from meshant.core.registry import Node
+from meshant.core.scheduler import DuplicateTask, QueueFull, Task
+
+
+class TaskHandlers(QueenState):
+    """The queen core's task messages: submissions (validation, idempotency, re-sent ids),"""
+
+    def _oversized_result(self, identity: bytes, frames: list[bytes], now: float) -> None:
+        """A forager's result over the limit (libzmq let it through, just): the task
+        fails at once with too-large, rather than wait out its lease and run again."""
+        node = self.registry.by_id.get(identity)
+        if node is None or node.role != "forager":
+            return
+        try:
+            msg = p.binary.decode(frames, max_frame=self.config.max_message + 65536)
+        except p.ProtocolError:
+            return
+        size = max(len(f) for f in frames)
+        if msg.kind == "task.result" and not msg.b.get("partial"):
+            refs = [msg.ref]
+        elif msg.kind == "task.batch":
+            refs = [i.get("ref") for i in msg.b["results"] if isinstance(i, dict)]
+        else:
+            return
+        for ref in refs:
+            verdict, att = self.scheduler.lookup(node, ref if isinstance(ref, str) else None)
+            if verdict == "ok" and att is not None:
+                self.scheduler.too_large(att, f"the result from {node.name} is {size:,} bytes, "
+                                         f"over the queen's limit of {self.config.max_message:,} "
+                                         "(--max-message)", now)
+
+    def _on_submit(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        assert node is not None
+        rate = self.config.submit_rate
+        slow = self._allow(identity, now, rate)
+        if slow:
+            self.counters["rate_limited"] += 1
+            self._error_to(identity, codec, RATE_LIMITED,
+                           f"more than {rate:g} submissions per second from this "
+                           "peer: slow down", msg.id, retry_after=round(slow, 4))
+            return
+        body = msg.b
+        known = self.scheduler.known(msg.id)
+        if known is not None:
+            self._resubmitted(identity, node, msg, codec, known)
+            return
+        priority = body.get("priority", 50)
+        max_attempts = body.get("max_attempts", 3)
+        if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
+            self._error_to(identity, codec, "bad-value",
+                           "priority must be 0-99 and max_attempts 1-100", msg.id)
+            return
+        timeout = body.get("timeout")
+        wait = body.get("wait", self.config.no_forager_wait)
+        if any(not 0 <= body.get(k, 0) <= 3600 for k in ("retry_base", "retry_cap")):
+            self._error_to(identity, codec, "bad-value",
+                           "retry_base and retry_cap are seconds between 0 and 3600", msg.id)
+            return
+        if (timeout is not None and timeout <= 0) or wait < 0:
+            self._error_to(identity, codec, "bad-value", "timeout must be > 0 and wait >= 0",
+                           msg.id)
+            return
+        key = body.get("key")
+        if key is not None:
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                self._error_to(identity, codec, "bad-value",
+                               "an idempotency key is a string of 1-200 characters", msg.id)
+                return
+            known = self.scheduler.find_key(key)  # in memory, else in the journal
+            if known is not None and self._attach(identity, node, msg, known):
+                return
+        task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
+                    client=identity, client_name=node.name, priority=priority,
+                    timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
+                    max_attempts=max_attempts, wait=wait, key=key,
+                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"))
+        try:
+            self.scheduler.submit(task, now, unknown=True)
+        except QueueFull as e:
+            self._error_to(identity, codec, QUEUE_FULL, f"queue full: {e}", msg.id)
+            return
+        except DuplicateTask:
+            self._error_to(identity, codec, DUPLICATE_TASK,
+                           f"a task with id {msg.id!r} already exists", msg.id)
+            return
+        if body.get("ack"):
+            # Sent after this turn's assignments go out: the assign is on the critical
+            # path of the task, the acknowledgement is not.
+            self._later.append((node, p.Message("task.submitted", {"task": task.id},
+                                                ref=msg.id)))
+
+    def _resubmitted(self, identity: bytes, node: Node, msg: p.Message, codec: str,
+                     task: Task) -> None:
+        """A submission whose id the queen holds: its client sending it again after a
+        reconnect. The same task, not a new one: its results go to the client's current
+        connection, and a result it may have missed is sent now."""
+        if task.client_name != node.name:
+            self._error_to(identity, codec, DUPLICATE_TASK,
+                           f"a task with id {msg.id!r} was submitted by another client: "
+                           "task ids must be unique in the colony", msg.id)
+            return
+        self.counters["resubmitted"] += 1
+        task.client = identity
+        if task.final is not None:
+            self._send(node, p.Message("task.result", task.final, ref=task.id))
+        elif msg.b.get("ack"):
+            self._later.append((node, p.Message("task.submitted", {"task": task.id},
+                                                ref=msg.id)))
+
+    def _attach(self, identity: bytes, node: Node, msg: p.Message, task_id: str) -> bool:
+        """A submission repeating an idempotency key: attach it to the task it names (or
+        answer with its result) instead of running the work again."""
+        task = self.scheduler.find(task_id)
+        if task is None:
+            return False
+        if task.final is not None:
+            self._send(node, p.Message("task.result", {**task.final, "task": msg.id,
+                                                       "original": task.id}, ref=msg.id))
+        else:
+            task.watchers.append((identity, node.name, msg.id))
+            if msg.b.get("ack"):
+                self._later.append((node, p.Message(
+                    "task.submitted", {"task": msg.id, "original": task.id}, ref=msg.id)))
+        self.counters["idempotent_hits"] += 1
+        return True
+
+    def _attempt(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                 ref: str | None) -> Any:
+        assert node is not None
+        verdict, att = self.scheduler.lookup(node, ref)
+        if verdict == "ok":
+            return att
+        if verdict == "duplicate":
+            return None
+        self.counters["protocol_errors"] += 1
+        if verdict == "foreign":
+            self._error_to(identity, codec, NOT_YOURS,
+                           f"assign {ref!r} belongs to another forager", msg.id)
+        else:
+            self.scheduler.counters["unknown_results"] += 1
+            self._error_to(identity, codec, UNKNOWN_TASK,
+                           f"no assign {ref!r} is known for this forager", msg.id, assign=ref)
+        return None
+
+    def _on_accept(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.accept(att, now)
+
+    def _on_reject(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.reject(att, msg.b["reason"], now)
+        else:
+            self._release(node, msg.ref)
+
+    def _on_progress(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                     now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, msg.ref)
+        if att is not None:
+            self.scheduler.progress(att, msg.b, now)
+
+    def _on_result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        self._result(identity, node, msg, codec, msg.ref, msg.b, now)
+
+    def _result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                ref: str | None, body: dict[str, Any], now: float) -> None:
+        att = self._attempt(identity, node, msg, codec, ref)
+        if att is not None:
+            self.scheduler.result(att, body, now)
+        elif not body.get("partial"):
+            self._release(node, ref)
+
+    def _release(self, node: Node | None, ref: str | None) -> None:
+        att = self.scheduler.attempts.get(ref) if ref is not None else None
+        if att is None or node is None or att.node.name != node.name or att.live:
+            return
+        # A final answer for an abandoned attempt: count it unless it was an expected
+        # cancellation, and free the slot it was holding.
+        if att.task.state != "cancelled":
+            self.scheduler.counters["duplicates"] += 1
+        self.scheduler.release(att)
+
+    def _on_batch(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                  now: float) -> None:
+        for item in msg.b["results"]:
+            if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
+                self.counters["protocol_errors"] += 1
+                self._error_to(identity, codec, "bad-type",
+                               "each batched result must be a map with a 'ref'", msg.id)
+                continue
+            self._result(identity, node, msg, codec, item["ref"], item, now)
+
+    def _on_cancel(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                   now: float) -> None:
+        task_id = msg.b.get("task") or msg.ref
+        task = self.scheduler.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None or task.client != identity:
+            self._error_to(identity, codec, UNKNOWN_TASK,
+                           f"no running task {task_id!r} submitted by this client", msg.id)
+            return
+        self.scheduler.cancel(task.id, now)
+
+    def _on_task_status(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                        now: float) -> None:
+        assert node is not None
+        task = self.scheduler.find(msg.b["task"])
+        if task is None:
+            self._error_to(identity, codec, UNKNOWN_TASK, f"no task {msg.b['task']!r}", msg.id)
+            return
+        if task.client_name == node.name and task.client != identity:
+            task.client = identity  # its submitter reconnected: results go to the new link
+        body: dict[str, Any] = {
+            "task": task.id, "state": task.state, "attempt": task.attempt,
+            "capability": task.capability, "priority": task.priority,
+            "forager": task.current.node.name if task.current else None,
+            "age": round(now - task.submitted, 3),
+            "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
+        }
+        if task.final is not None and task.client_name == node.name:
+            body["final"] = task.final  # lets a reconnected submitter collect a result it missed
+        self._send(node, p.Message("task.state", body, ref=msg.id))
+

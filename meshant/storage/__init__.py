@@ -1,0 +1,1 @@
+"""Storage: the queen's journal."""
