@@ -1,7 +1,7 @@
 """The queen's logic, sans-IO: peers' messages in, what to do out.
 
 ``QueenCore`` owns the registry, the scheduler and the colony memory. A driver (the
-:class:`~meshant.queen.Queen` actor, or a test) feeds it what arrives —
+:class:`~meshant.actors.queen.Queen` actor, or a test) feeds it what arrives —
 ``receive(identity, frames, key, now)`` — and the passing of time — ``tick(now)``,
 ``beat(now)`` — and closes each loop turn with ``end_turn(now)``; then it takes the
 actions to carry out, in order, with ``take()``:

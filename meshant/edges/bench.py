@@ -526,7 +526,7 @@ def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> li
             ep = _procs.read_json_line(q, 20)["router"]
             for k in range(0, n, per_proc):
                 swarm.append(subprocess.Popen(
-                    [sys.executable, "-c", "import sys; from meshant.bench import "
+                    [sys.executable, "-c", "import sys; from meshant.edges.bench import "
                      "forager_swarm as f; f(sys.argv[1], int(sys.argv[2]), sys.argv[3])",
                      ep, str(min(per_proc, n - k)), f"hb{k // per_proc}"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
