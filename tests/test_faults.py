@@ -241,17 +241,17 @@ def test_a_forager_stops_a_handler_the_restarted_queen_does_not_know(
     router, pub = f"ipc://{tmp_path}/r", f"ipc://{tmp_path}/p"
     q = Queen(router, pub, hb_interval=0.2, hb_misses=5, context=ctx).start()
     ended = threading.Event()
-    sent_after_cancel: list[int] = []
+    finished = threading.Event()  # bounds every handler run, whatever happens
 
     f = Forager(router, context=ctx)
 
     @f.task("stream")
     def stream(payload: Any, ctx_: TaskContext) -> str:
-        while not ctx_.is_cancelled:
+        while not ctx_.is_cancelled and not finished.is_set():
             ctx_.partial("tok")
-            time.sleep(0.01)
-        sent_after_cancel.append(1)
-        ended.set()
+            finished.wait(0.01)
+        if ctx_.is_cancelled:
+            ended.set()
         return "stopped"
 
     f.start(timeout=10)
@@ -259,10 +259,12 @@ def test_a_forager_stops_a_handler_the_restarted_queen_does_not_know(
     try:
         c.submit("stream")
         wait_for(lambda: f.running, 10, "the stream to start")
+        c.close()  # nobody will send it again: the restarted queen never hears of it
         q.stop()
         q = Queen(router, pub, hb_interval=0.2, hb_misses=5, context=ctx).start()
         assert ended.wait(15)  # told to stop, not left streaming into the void
     finally:
+        finished.set()
         c.close()
         f.stop()
         q.stop()
