@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import re
 import secrets
 import socket
 import threading
@@ -24,79 +22,32 @@ from typing import Any
 import zmq
 
 from meshant import protocol as p
+from meshant.actors._endpoints import (
+    _size,
+    _size_n,
+    check_endpoint,
+    default_name,
+    pub_endpoint_for,
+    resolve_queen,
+)
+from meshant.actors._finder import QueenFinder
 from meshant.actors._waker import Waker
 from meshant.actors._zmqio import EVENTS as _EVENTS
 from meshant.actors._zmqio import POLLIN as _POLLIN
 from meshant.actors._zmqio import recv_frames, send_frames
 from meshant.actors.colony_memory import Memory
-from meshant.core.heartbeat import HeartbeatMonitor
+from meshant.core import session as ses
+from meshant.core.session import PeerSession
 from meshant.edges.security import client_socket, load_public, load_secret
-from meshant.errors import ConfigError, MeshantError, QueenUnreachable, Refused
+from meshant.errors import MeshantError, QueenUnreachable, Refused
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
 log = logging.getLogger("meshant")
 
-FEATURES = ["batch", "progress", "blobs", "mem.sync", "broadcast"]
-BACKOFF_FIRST = 0.25
-BACKOFF_CAP = 5.0
-NAME_WAIT = 60.0  # the longest a restarted peer waits for its old self to be declared offline
 
 
 
-def default_name(role: str) -> str:
-    return f"{role}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{secrets.token_hex(2)}"
-
-
-def resolve_queen(queen: str | None) -> str:
-    """The queen endpoint: the argument, else ``$MESHANT_QUEEN``, else the default."""
-    return queen or os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
-
-
-_ENDPOINT_RE = re.compile(
-    r"^(?:(?:tcp|ws|wss)://(?:\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?:\d{1,5}|\*)(?:/\S*)?"
-    r"|(?:ipc|inproc)://\S+|(?:pgm|epgm|udp|vmci)://\S+)$")
-
-
-def check_endpoint(endpoint: str, what: str = "queen endpoint") -> str:
-    """``endpoint`` if it is a ZeroMQ endpoint this peer can connect to, else ConfigError
-    naming what is wrong (libzmq would only say "Invalid argument", from another thread)."""
-    if not isinstance(endpoint, str) or not _ENDPOINT_RE.match(endpoint):
-        raise ConfigError(
-            f"{what} {endpoint!r} is not a ZeroMQ endpoint: use tcp://HOST:PORT (e.g. "
-            "tcp://127.0.0.1:5670), ipc:///path/to/socket or inproc://name")
-    if endpoint.startswith(("tcp://", "ws://", "wss://")):
-        port = endpoint.rsplit(":", 1)[1].split("/", 1)[0]
-        if port != "*" and not 0 < int(port) < 65536:
-            raise ConfigError(f"{what} {endpoint!r}: the port must be 1-65535")
-    return endpoint
-
-
-def pub_endpoint_for(pub: str, queen: str) -> str:
-    """The PUB endpoint to connect to: a wildcard host is replaced by the queen's host."""
-    scheme, _, rest = pub.partition("://")
-    if scheme != "tcp":
-        return pub
-    host, _, port = rest.rpartition(":")
-    if host in ("0.0.0.0", "*", "[::]", "::", ""):
-        qhost = queen.partition("://")[2].rpartition(":")[0]
-        return f"tcp://{qhost}:{port}" if qhost else pub
-    return pub
-
-
-def _size_n(n: int) -> str:
-    return f"{n:,} bytes" if n < 1024 * 1024 else f"{n:,} bytes ({n / 1048576:.1f} MiB)"
-
-
-def _size(frames: list[bytes]) -> str:
-    return _size_n(max(len(f) for f in frames))
-
-
-def backoff(attempt: int) -> float:
-    """Delay before reconnect attempt ``attempt`` (0-based): exponential, capped, jittered."""
-    return min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** attempt) * random.uniform(0.5, 1.0)
-
-
-class Peer:
+class Peer(QueenFinder):
     role = "peer"
 
     def __init__(self, queen: str | None, name: str | None,
@@ -121,17 +72,10 @@ class Peer:
         self.name = name or default_name(self.role)
         if not p.valid_name(self.name):
             raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
-        self.welcome: dict[str, Any] = {}
-        self.features: frozenset[str] = frozenset()
-        self.epoch = ""
-        self.reconnects = 0
-        # The queen's largest message (its welcome says; 64 MiB until then): checked here,
-        # before sending, so an oversized message fails clearly and never reaches libzmq's
-        # own limit, which would silently drop the connection.
-        self.max_message = 64 * 1024 * 1024
+        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
+        # by the sans-IO session; this class carries out what it says.
+        self._sess = PeerSession(curve=self._curve is not None)
         self._died: MeshantError | None = None
-        self._wait_since = 0.0
-        self._next_wait_log = 0.0
         # Proves to the queen that a reconnecting peer is the one that held its name.
         self._session = secrets.token_hex(16)
         self._ctx = context or zmq.Context.instance()
@@ -144,15 +88,7 @@ class Peer:
         self._welcomed = threading.Event()
         self._refusal: MeshantError | None = None
         self._thread: threading.Thread | None = None
-        self._hello_id = ""
-        self._hello_attempt = 0
-        self._name_retried = False
-        self._last_send = 0.0
-        self._next_hello = 0.0
         self._io_ident = -1
-        self._last_hb = 0.0
-        self._hb_interval = 1.0
-        self._queen_mon: HeartbeatMonitor | None = None
         self._poller = zmq.Poller()
         self._sock: zmq.Socket[Any] | None = None
         self._sub: zmq.Socket[Any] | None = None
@@ -168,64 +104,11 @@ class Peer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def _find_queen(self, timeout: float | None) -> None:
-        """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
-        if self.queen:
-            return
-        from meshant.edges.discovery import Follower, env_interfaces
-
-        if self._follower is None:
-            self._follower = Follower(self.colony, env_interfaces())
-        try:
-            rec = self._follower.first(timeout if timeout is not None else 3600.0)
-            self._check_queen_key(rec)
-        except MeshantError:
-            self._follower.close()
-            self._follower = None
-            raise
-        self.queen = rec.router
-        log.info("%s: found queen %r of colony %r at %s", self.name, rec.name, rec.colony,
-                 rec.router)
-
-    def _check_queen_key(self, rec: Any) -> None:
-        """A discovered queen must prove the key we pinned; one with another key is refused."""
-        if self._curve is None:
-            return
-        advertised = rec.curve.encode() if rec.curve else None
-        if self._queen_key is None:
-            if advertised is None:
-                raise MeshantError(f"the queen at {rec.router} advertises no CURVE key, but "
-                                   "this peer has one: give --queen-key", code="bad-key")
-            self._queen_key = advertised  # trust on first use, from the TXT record
-        elif advertised != self._queen_key:
-            raise MeshantError(
-                f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
-                f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
-                "(a rogue or reconfigured queen)", code="wrong-queen-key")
-
-    def _follow_queen(self) -> None:
-        """(I/O thread) A discovering peer follows its queen to a new address."""
-        if self._follower is None:
-            return
-        rec = self._follower.current()
-        if rec is not None and rec.router != self.queen:
-            try:
-                self._check_queen_key(rec)
-            except MeshantError as e:
-                log.error("%s: %s", self.name, e)
-                return
-            log.info("%s: the queen moved to %s", self.name, rec.router)
-            self.queen = rec.router
-            self._sub_endpoint = ""
-            self._open_socket()
-            self._say_hello()
-
     def _start_io(self, timeout: float | None) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.role} already started")
         self._find_queen(timeout)
         self._stopped.clear()
-        self._waiting(time.monotonic())
         self._thread = threading.Thread(target=self._io_main, name=f"meshant-{self.role}",
                                         daemon=True)
         self._thread.start()
@@ -306,27 +189,23 @@ class Peer:
 
     def _hello_body(self) -> dict[str, Any]:
         return {"role": self.role, "name": self.name, "versions": [p.binary.VERSION],
-                "codecs": ["msgpack"], "features": FEATURES, "host": socket.gethostname(),
+                "codecs": ["msgpack"], "features": list(p.negotiation.FEATURES),
+                "host": socket.gethostname(),
                 "pid": os.getpid(), "session": self._session}
 
     def _hb_body(self) -> dict[str, Any]:
         return {}
 
     def _next_timer(self) -> float:
-        """When the I/O loop must wake up next, with nothing to read."""
-        t = self._next_hb()
-        if self._queen_mon is not None:
-            d = self._queen_mon.next_deadline()
-            if d is not None:
-                t = min(t, d)
-        return t
+        """When a subclass's own timers need the I/O loop, with nothing to read."""
+        return float("inf")
 
     def _on_timers(self, now: float) -> None:
         pass
 
-    def _next_hb(self) -> float:
-        """When the next heartbeat is due: any message counts, so idle peers only."""
-        return self._last_send + self._hb_interval
+    def _busy(self) -> bool:
+        """Whether the heartbeat must go every interval (it renews running tasks)."""
+        return False
 
     def _after_welcome(self, first: bool) -> None:
         pass
@@ -441,12 +320,10 @@ class Peer:
 
     # -- sending --------------------------------------------------------------------------
 
-    def _say_hello(self) -> None:
+    def _say_hello(self, now: float) -> None:
         msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
-        self._hello_id = msg.id
-        self._next_hello = time.monotonic() + backoff(self._hello_attempt)
-        self._hello_attempt += 1
         self._send_now(msg)
+        self._sess.hello_sent(msg.id, now)
 
     def _encode(self, msg: p.Message) -> list[bytes]:
         """The message's frames; ProtocolError ``too-large`` if one is over the queen's
@@ -473,7 +350,7 @@ class Peer:
             send_frames(self._sock, frames)
         except zmq.Again:
             return False  # the pipe to the queen is full: the queen is gone or stalled
-        self._last_send = time.monotonic()
+        self._sess.last_send = time.monotonic()
         return True
 
     def _flush(self, outbox: deque[p.Message | list[bytes]]) -> None:
@@ -498,7 +375,8 @@ class Peer:
         """Read and dispatch what the DEALER holds, without blocking."""
         handlers = self._handlers
         events = sock.getsockopt
-        mon = self._queen_mon
+        sess = self._sess
+        now = time.monotonic()
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
@@ -508,8 +386,7 @@ class Peer:
             except p.ProtocolError as e:
                 log.warning("%s: bad message from the queen: %s", self.name, e)
                 continue
-            if mon is not None:
-                mon.beat("queen", time.monotonic())
+            sess.heard(now)
             h = handlers.get(msg.kind)
             if h is not None:
                 h(msg)
@@ -534,74 +411,69 @@ class Peer:
                 self._on_pub(topic, msg)
 
     def _on_queen_hb(self, msg: p.Message) -> None:
-        epoch = msg.b.get("epoch")
-        if not self._welcomed.is_set() or self._queen_mon is None:
+        sess = self._sess
+        if not sess.active:
             return
-        if epoch and epoch != self.epoch:
-            self._lose_queen(time.monotonic(), f"the queen restarted (epoch {epoch})")
+        now = time.monotonic()
+        sess.on_queen_beat(msg.b.get("epoch"), now)
+        if sess.out:
+            self._act(now)
             return
-        self._queen_mon.beat("queen", time.monotonic())
         seq = msg.b.get("mem_seq")
         if isinstance(seq, int) and self.memory._enabled:
             self.memory.on_queen_seq(seq)
 
-    def _waiting(self, now: float) -> None:
-        """Start counting how long we wait for the queen (said at growing intervals)."""
-        self._wait_since = now
-        self._next_wait_log = now + 2.0
-
-    def _say_waiting(self, now: float) -> None:
-        waited = now - self._wait_since
-        where = self.queen or f"colony {self.colony or 'default'}"
-        log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it running, "
-                    "and is the endpoint right? (--queen or MESHANT_QUEEN)", self.name,
-                    where, waited)
-        self._next_wait_log = now + min(60.0, max(2.0, waited))
-
-    def _lose_queen(self, now: float, why: str) -> None:
-        """The queen is dead or restarted: reconnect on a fresh DEALER and hello again."""
-        log.warning("%s: %s; reconnecting", self.name, why)
-        self._waiting(now)
-        self._welcomed.clear()
-        self._queen_mon = None
-        self.reconnects += 1
-        self._hello_attempt = 0
-        self._open_socket()
-        self._queen_lost(now, why)
-        self._say_hello()
+    def _act(self, now: float) -> None:
+        """Carry out what the session decided, in order."""
+        sess = self._sess
+        for a in sess.take():
+            cls = a.__class__
+            if cls is ses.Beat:
+                if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
+                    sess.sent(sess.last_send, beat=True)
+            elif cls is ses.SayHello:
+                moved = self._follower.current() if self._follower is not None else None
+                if moved is not None and moved.router != self.queen:
+                    self._follow_queen()  # a fresh connection to where it went
+                elif a.fresh_connection:  # type: ignore[union-attr]
+                    self._open_socket()
+                self._say_hello(now)
+            elif cls is ses.Welcomed:
+                if sess.reconnects:
+                    log.info("%s: welcomed by the queen at %s", self.name, self.queen)
+                self._open_sub(str(sess.welcome.get("pub") or ""))
+                self._welcomed.set()
+                self.memory.on_welcome(a.new_epoch)  # type: ignore[union-attr]
+                self._after_welcome(a.first)  # type: ignore[union-attr]
+            elif cls is ses.Lost:
+                log.warning("%s: %s; reconnecting", self.name, a.why)  # type: ignore[union-attr]
+                self._welcomed.clear()
+                self._open_socket()
+                self._queen_lost(now, a.why)  # type: ignore[union-attr]
+            elif cls is ses.Forgotten:
+                log.info("%s: the queen forgot us; saying hello again", self.name)
+                self._welcomed.clear()
+            elif cls is ses.Refused:
+                self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
+                                        f"{a.message}", code=a.code)  # type: ignore[union-attr]
+                self._stopping.set()
+                self._welcomed.set()
+            elif cls is ses.StillWaiting:
+                where = self.queen or f"colony {self.colony or 'default'}"
+                log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it "
+                            "running, and is the endpoint right? (--queen or MESHANT_QUEEN)",
+                            self.name, where, a.waited)  # type: ignore[union-attr]
 
     # -- the loop -------------------------------------------------------------------------
 
     def _next_wakeup(self) -> float:
-        if self._welcomed.is_set():
-            return self._next_timer()
-        return min(self._next_hello, self._next_wait_log)
+        return min(self._sess.next_deadline(self._busy()), self._next_timer())
 
     def _timers(self, now: float) -> None:
-        if not self._welcomed.is_set():
-            if now >= self._next_wait_log and self._refusal is None:
-                self._say_waiting(now)
-            if now >= self._next_hello and self._refusal is None:
-                moved = self._follower.current() if self._follower is not None else None
-                if moved is not None and moved.router != self.queen:
-                    self._follow_queen()
-                else:
-                    if self._curve is not None and self._hello_attempt > 0:
-                        # A CURVE handshake the queen refused is not retried by libzmq:
-                        # a fresh connection is (the key may be authorized by now).
-                        self._open_socket()
-                    self._say_hello()
-            self._on_timers(now)
-            return
-        mon = self._queen_mon
-        if mon is not None and mon.check(now):
-            self._lose_queen(now, f"no sign of life from the queen for "
-                             f"{mon.timeout:g} s")
-            return
+        self._sess.tick(now, self._busy())
+        if self._sess.out:
+            self._act(now)
         self._on_timers(now)
-        if now >= self._next_hb() and self._send_now(
-                p.Message("hb", self._hb_body(), to="queen")):
-            self._last_hb = self._last_send
 
     def _turn(self, events: dict[Any, int]) -> None:
         """One loop turn after a poll: read, run queued calls, flush, timers."""
@@ -621,7 +493,8 @@ class Peer:
         poller = self._poller
         poller.register(self._waker.fd, zmq.POLLIN)
         waker_fd = self._waker.fd
-        self._say_hello()
+        self._sess.start(time.monotonic())
+        self._act(time.monotonic())
         while not self._stopping.is_set():
             wait = self._next_wakeup() - time.monotonic()
             if self._outbox and self._welcomed.is_set():
@@ -634,67 +507,58 @@ class Peer:
     # -- handlers -------------------------------------------------------------------------
 
     def _on_welcome(self, msg: p.Message) -> None:
-        if msg.ref != self._hello_id:
+        if msg.ref != self._sess.hello_id:
             return  # the answer to an older hello
-        b = msg.b
-        first = not self.welcome
-        new_epoch = b["epoch"] != self.epoch
-        self.welcome = b
-        self.name = b.get("name", self.name)
-        self.features = frozenset(b.get("features", ()))
-        self.epoch = b["epoch"]
-        self._hb_interval = float(b["hb_interval"])
-        limit = b.get("max_message")
-        if isinstance(limit, int) and limit > 0:
-            self.max_message = limit
-        if self.reconnects or self._hello_attempt > 1:
-            log.info("%s: welcomed by the queen at %s", self.name, self.queen)
-        self._hello_attempt = 0
-        self._name_retried = False
+        self.name = msg.b.get("name", self.name)
         now = time.monotonic()
-        self._queen_mon = HeartbeatMonitor(self._hb_interval, int(b["hb_misses"]))
-        self._queen_mon.add("queen", now)
-        self._open_sub(str(b.get("pub") or ""))
-        self._welcomed.set()
-        self.memory.on_welcome(new_epoch and not first)
-        self._after_welcome(first)
+        self._sess.on_welcome(msg.ref, msg.b, now)
+        self._act(now)
 
     def _on_error(self, msg: p.Message) -> None:
-        code = msg.b["code"]
+        b = msg.b
+        code = b["code"]
         if code == "not-registered":
             # The queen does not know us (it restarted, or forgot an idle client):
             # introduce ourselves again, then resend what was refused.
             self._refused_unregistered(msg.ref)
-            if self._welcomed.is_set():
-                log.info("%s: the queen forgot us; saying hello again", self.name)
-                self._welcomed.clear()
-                self._hello_attempt = 0
-                self._say_hello()
-            return
-        if msg.ref is not None and msg.ref == self._hello_id:
-            retry = msg.b.get("retry_after")
-            if code == "rate-limited" and isinstance(retry, int | float):
-                self._next_hello = time.monotonic() + float(retry)
-                self._hello_id = ""
-                return
-            if code == "name-taken" and isinstance(retry, int | float) and (
-                    not self._name_retried and retry <= NAME_WAIT):
-                # The name's holder (perhaps our own previous life) may be dead but not yet
-                # declared offline: ask once more when it would be. A live holder still
-                # has it then, and that second refusal is final.
-                self._name_retried = True
-                log.info("%s: name still held; asking again in %.1f s", self.name, retry)
-                self._next_hello = time.monotonic() + float(retry)
-                self._hello_id = ""
-                return
-            self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
-                                    f"{msg.b['message']}", code=code)
-            self._stopping.set()
-            self._welcomed.set()
+        now = time.monotonic()
+        if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now):
+            if code == "name-taken" and not self._sess.out:
+                log.info("%s: name still held; asking again in %s s", self.name,
+                         b.get("retry_after"))
+            self._act(now)
             return
         if self.memory.on_error(msg):
             return
         self._on_remote_error(msg)
+
+    # -- the session's state, for subclasses and callers ----------------------------------
+
+    @property
+    def welcome(self) -> dict[str, Any]:
+        """The queen's welcome: the negotiated terms (empty until welcomed)."""
+        return self._sess.welcome
+
+    @property
+    def features(self) -> frozenset[str]:
+        return self._sess.features
+
+    @property
+    def epoch(self) -> str:
+        """The queen's epoch: a new one means it restarted."""
+        return self._sess.epoch
+
+    @property
+    def reconnects(self) -> int:
+        """How many times this peer lost its queen and reconnected."""
+        return self._sess.reconnects
+
+    @property
+    def max_message(self) -> int:
+        """The queen's largest message (its welcome says; 64 MiB until then): checked
+        before sending, so an oversized message fails clearly and never reaches libzmq's
+        own limit, which would silently drop the connection."""
+        return self._sess.max_message
 
     # -- public state, read-only (for embedding code and the CLI) -------------------------
 

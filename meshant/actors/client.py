@@ -188,9 +188,10 @@ class Client(Peer):
     def _start_direct(self, timeout: float) -> None:
         self._find_queen(timeout)
         self._io_ident = threading.get_ident()
-        self._waiting(time.monotonic())
         self._open_socket()
-        self._say_hello()
+        now = time.monotonic()
+        self._sess.start(now)
+        self._act(now)
         try:
             self._pump_until(self._welcomed.is_set, timeout)
         except TimeoutError:

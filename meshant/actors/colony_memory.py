@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from meshant import protocol as p
 from meshant.core.memory import RESYNC, MemoryReplica, check_key
 from meshant.errors import MeshantError
+from meshant.protocol.topics import MEM_TOPIC
 
 if TYPE_CHECKING:
     from meshant.actors._peer import Peer
@@ -109,7 +110,6 @@ class Memory:
             self._peer.call_soon(self._start)
 
     def _start(self) -> None:
-        from meshant.actors._peer import MEM_TOPIC
 
         self._peer._subscribe(MEM_TOPIC)
         if self._peer.connected:

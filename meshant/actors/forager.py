@@ -338,7 +338,7 @@ class Forager(Peer):
         return body
 
     def _next_timer(self) -> float:
-        t = self._next_hb()
+        t = super()._next_timer()
         if self._accepts:
             t = min(t, min(self._accepts.values()))
         return t
@@ -346,7 +346,8 @@ class Forager(Peer):
     def _on_timers(self, now: float) -> None:
         sent = self._sent
         if sent:
-            keep = self._hb_interval * (self._queen_mon.misses if self._queen_mon else 5) + 2.0
+            mon = self._sess.monitor
+            keep = (mon.timeout if mon is not None else 5 * self._sess.hb_interval) + 2.0
             while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
                 sent.popleft()
         if self.draining and not self.running and not self._outbox:
@@ -357,11 +358,10 @@ class Forager(Peer):
                 del self._accepts[ref]
                 self._send_now(p.Message("task.accept", None, ref=ref, to="queen"))
 
-    def _next_hb(self) -> float:
+    def _busy(self) -> bool:
         # The heartbeat lists running tasks and renews their leases, so while tasks run it
         # goes out every interval even when other messages keep the socket busy.
-        last = self._last_hb if self.running else self._last_send
-        return last + self._hb_interval
+        return bool(self.running)
 
     def _flush(self, outbox: deque[p.Message]) -> None:
         accepts = self._accepts

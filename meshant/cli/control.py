@@ -16,7 +16,7 @@ from meshant.cli._options import Connection, client_options, jsonable, parse_jso
 @click.argument("data", required=False, metavar="[DATA_JSON]")
 def broadcast(conn: Connection, topic: str, data: str | None) -> None:
     """Publish DATA_JSON under TOPIC to every forager subscribed to a prefix of it."""
-    from meshant.actors._peer import valid_topic
+    from meshant.protocol.topics import valid_topic
 
     if not valid_topic(topic):
         raise click.BadParameter("use 1-200 characters of A-Z a-z 0-9 . _ : / -",

@@ -1,0 +1,136 @@
+"""The peer session, sans-IO: its lifecycle table driven with events and a fake clock,
+and a session talking to a real QueenCore through the codec, in memory."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meshant import protocol as p
+from meshant.core import session as ses
+from meshant.core.session import TRANSITIONS, PeerSession, State
+
+from .colony_sim import SimColony
+
+WELCOME = {"version": 2, "features": ["batch"], "hb_interval": 1.0, "hb_misses": 3,
+           "assign_timeout": 30.0, "epoch": "e1", "max_message": 1000}
+
+
+def kinds(s: PeerSession) -> list[str]:
+    return [type(a).__name__ for a in s.take()]
+
+
+def welcomed(now: float = 0.0) -> PeerSession:
+    s = PeerSession(rng=random.Random(1))
+    s.start(now)
+    s.take()
+    s.hello_sent("h1", now)
+    s.on_welcome("h1", dict(WELCOME), now)
+    s.take()
+    return s
+
+
+def test_hello_is_retried_with_a_growing_jittered_wait_and_waiting_is_said() -> None:
+    s = PeerSession(rng=random.Random(7))
+    s.start(0.0)
+    assert kinds(s) == ["SayHello"]
+    waits, now = [], 0.0
+    for i in range(6):
+        s.hello_sent(f"h{i}", now)
+        nxt = s.next_deadline()
+        waits.append(nxt - now)
+        now = nxt
+        s.tick(now)
+        got = kinds(s)
+        assert "SayHello" in got or "StillWaiting" in got
+        while "SayHello" not in got:  # a waiting note came first
+            now = s.next_deadline()
+            s.tick(now)
+            got = kinds(s)
+    assert waits[-1] > waits[0] and max(waits) <= 5.0
+
+
+def test_a_welcome_for_an_older_hello_is_ignored_and_the_right_one_activates() -> None:
+    s = PeerSession()
+    s.start(0.0)
+    s.take()
+    s.hello_sent("h2", 0.0)
+    s.on_welcome("h1", dict(WELCOME), 0.0)
+    assert s.state is State.HELLO and s.take() == []
+    s.on_welcome("h2", dict(WELCOME), 0.1)
+    assert s.state is State.ACTIVE and s.max_message == 1000
+    (w,) = s.take()
+    assert isinstance(w, ses.Welcomed) and w.first
+
+
+def test_rate_limited_and_name_taken_once_are_waited_out_other_refusals_are_final() -> None:
+    s = PeerSession()
+    s.start(0.0)
+    s.take()
+    s.hello_sent("h1", 0.0)
+    assert s.on_error("h1", "rate-limited", "slow down", 2.0, 0.0)
+    assert s.next_deadline() <= 2.0 and s.state is State.HELLO
+    s.hello_sent("h2", 2.0)
+    assert s.on_error("h2", "name-taken", "held", 3.0, 2.0)  # once: wait for it to expire
+    assert s.state is State.HELLO and s.take() == []
+    s.hello_sent("h3", 5.0)
+    assert s.on_error("h3", "name-taken", "held", 3.0, 5.0)  # twice: final
+    (r,) = s.take()
+    assert isinstance(r, ses.Refused) and r.code == "name-taken"
+    assert s.state is State.REFUSED
+
+
+def test_silence_a_new_epoch_or_being_forgotten_send_the_session_back_to_hello() -> None:
+    s = welcomed()
+    s.tick(2.9)  # within 3 missed intervals: alive; a beat is due (nothing sent since 0)
+    assert kinds(s) == ["Beat"]
+    s.sent(2.9, beat=True)
+    s.tick(3.1)
+    assert kinds(s) == ["Lost", "SayHello"] and s.state is State.HELLO
+    assert s.reconnects == 1
+    s = welcomed()
+    s.on_queen_beat("e2", 0.5)
+    assert kinds(s) == ["Lost", "SayHello"]
+    s = welcomed()
+    assert s.on_error("x", "not-registered", "who?", None, 0.5)
+    assert kinds(s) == ["Forgotten", "SayHello"]
+
+
+def test_an_idle_peer_beats_only_when_quiet_a_busy_one_every_interval() -> None:
+    s = welcomed()
+    s.sent(0.8)  # a message went out: it counts as a sign of life
+    s.tick(1.5)
+    assert kinds(s) == []
+    s.tick(1.5, busy=True)  # running tasks: the heartbeat lists them, every interval
+    assert kinds(s) == ["Beat"]
+
+
+def test_the_table_refuses_what_it_does_not_list() -> None:
+    s = PeerSession()
+    s.state = State.REFUSED
+    with pytest.raises(RuntimeError):
+        s._move(State.ACTIVE)
+    assert State.ACTIVE not in TRANSITIONS[State.REFUSED]
+
+
+def test_a_session_and_a_queen_core_agree_in_memory() -> None:
+    sim = SimColony(max_message=5000)
+    s = PeerSession()
+    identity = b"sess-peer"
+    inbox: list[p.Message] = []
+
+    class Peer:
+        def __init__(self) -> None:
+            self.name, self.identity, self.inbox, self.heard = "sess", identity, inbox, []
+
+    sim.peers[identity] = Peer()  # type: ignore[assignment]
+    s.start(sim.now)
+    assert kinds(s) == ["SayHello"]
+    hello = p.Message("hello", {"role": "client", "name": "sess", "versions": [2]},
+                      frm="sess")
+    sim.deliver(identity, p.binary.encode(hello))
+    s.hello_sent(hello.id, sim.now)
+    (welcome,) = inbox
+    s.on_welcome(welcome.ref, welcome.b, sim.now)
+    assert s.state is State.ACTIVE and s.max_message == 5000 and s.epoch == "epoch-1"
