@@ -96,7 +96,7 @@ class Peer(QueenFinder):
         self._topics: set[bytes] = {HB_TOPIC}
         self._subs: list[tuple[str, Callable[[str, Any, p.Message], Any]]] = []
         self.memory = Memory(self)
-        self._handlers: dict[str, Callable[[p.Message], None]] = {
+        self._handlers: dict[str, Callable[[p.Message], object]] = {
             "welcome": self._on_welcome,
             "error": self._on_error,
             "mem.sync": self.memory.on_reply,
@@ -236,7 +236,7 @@ class Peer(QueenFinder):
         if old is not None:
             self._poller.unregister(old)
             old.close(0)
-        sock = self._ctx.socket(zmq.DEALER)
+        sock: zmq.Socket[Any] = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
@@ -262,7 +262,7 @@ class Peer(QueenFinder):
         if self._sub is not None:
             self._poller.unregister(self._sub)
             self._sub.close(0)
-        sub = self._ctx.socket(zmq.SUB)
+        sub: zmq.Socket[Any] = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.RCVHWM, 100_000)
         for t in self._topics:
@@ -374,7 +374,7 @@ class Peer(QueenFinder):
     def _receive(self, sock: zmq.Socket[Any]) -> None:
         """Read and dispatch what the DEALER holds, without blocking."""
         handlers = self._handlers
-        events = sock.getsockopt
+        events: Callable[[int], int] = sock.getsockopt  # type: ignore[assignment]
         sess = self._sess
         now = time.monotonic()
         for _ in range(1000):
@@ -392,7 +392,7 @@ class Peer(QueenFinder):
                 h(msg)
 
     def _receive_pub(self, sub: zmq.Socket[Any]) -> None:
-        events = sub.getsockopt
+        events: Callable[[int], int] = sub.getsockopt  # type: ignore[assignment]
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
@@ -499,7 +499,7 @@ class Peer(QueenFinder):
             wait = self._next_wakeup() - time.monotonic()
             if self._outbox and self._welcomed.is_set():
                 wait = min(wait, 0.05)  # the pipe was full: try again soon
-            events = dict(poller.poll(max(0.0, wait) * 1000))
+            events = dict(poller.poll(int(max(0.0, wait) * 1000)))
             if waker_fd in events:
                 self._waker.drain()
             self._turn(events)

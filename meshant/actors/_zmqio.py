@@ -55,7 +55,7 @@ def recv_frames_key(sock: zmq.Socket[Any]) -> tuple[list[bytes], bytes | None]:
         if key is None:
             try:
                 uid = frame.get("User-Id")
-                key = uid.encode() if uid else None
+                key = str(uid).encode() if uid else None
             except zmq.ZMQError:
                 key = None
         frames.append(frame.bytes)

@@ -15,6 +15,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -283,14 +284,14 @@ class Queen:
         next_tick = time.monotonic()
         next_beat = next_tick
         next_keys = next_tick
-        events_of = router.getsockopt
+        events_of: Callable[[int], int] = router.getsockopt  # type: ignore[assignment]
         EVENTS, POLLIN = _zio.EVENTS, _zio.POLLIN
         recv_frames = _zio.recv_frames
         curve = self.curve is not None
         while not self._stop.is_set():
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
-            events = dict(poller.poll(wait * 1000))
+            events = dict(poller.poll(int(wait * 1000)))
             if router in events:
                 now = time.monotonic()
                 # Drain what is there without blocking, bounded so timers still run.

@@ -19,7 +19,7 @@ def _dlq(conn: Connection, op: str, task_id: str | None, all_: bool = False) -> 
     if op in ("show", "retry", "purge") and not task_id and not all_:
         raise click.UsageError("give a TASK_ID or --all")
     with conn.client() as client:
-        return client.dlq(op, task_id, all=all_)  # type: ignore[no-any-return]
+        return client.dlq(op, task_id, all=all_)
 
 
 @dlq.command("list")

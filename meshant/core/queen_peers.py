@@ -61,12 +61,12 @@ class PeerHandlers(QueenState):
                    pid=int(body.get("pid", 0)), version=decision.version,
                    features=frozenset(decision.features), session=session, key=self._key)
         # The same peer again: on this connection, or reconnected on a fresh one.
-        previous = node
+        previous: Node | None = node
         if previous is None:
-            held = self.registry.by_name.get(decision.name)
-            if held is not None and session and held.session == session:
-                previous = held
-                self.registry.remove(held, now)
+            same = self.registry.by_name.get(decision.name)
+            if same is not None and session and same.session == session:
+                previous = same
+                self.registry.remove(same, now)
         self.registry.add(new, now)
         if decision.role == "forager":
             running = list(body.get("running", []))

@@ -3,6 +3,8 @@ broadcasts, colony memory, the dead-letter queue, drain and halt."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from meshant import protocol as p
 from meshant.core.memory import MemoryError_
 from meshant.core.queen_state import (
@@ -82,7 +84,8 @@ class ServiceHandlers(QueenState):
                 return
             if op == "set":
                 ttl = b.get("ttl")
-                update = self.memory.set(b.get("key"), b.get("value"), now,  # type: ignore[arg-type]
+                update: dict[str, Any] | None = self.memory.set(
+                    b.get("key"), b.get("value"), now,  # type: ignore[arg-type]
                                          float(ttl) if ttl is not None else None)
             elif op == "delete":
                 update = self.memory.delete(b.get("key"))  # type: ignore[arg-type]
@@ -104,7 +107,8 @@ class ServiceHandlers(QueenState):
         b = msg.b
         op = b["op"]
         dlq = self.scheduler.dlq
-        wanted = list(dlq) if b.get("all") else [b.get("task")] if b.get("task") else []
+        one = b.get("task")
+        wanted: list[str] = list(dlq) if b.get("all") else [one] if isinstance(one, str) else []
         missing = [t for t in wanted if t not in dlq]
         if op in ("show", "retry", "purge") and (not wanted or missing):
             self._error_to(identity, codec, UNKNOWN_TASK,

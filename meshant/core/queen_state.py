@@ -195,6 +195,10 @@ class QueenState:
         msg = p.Message("mem.sync", update, frm=self.name, ts=self._wall(self._now))
         self.out.append(Publish(MEM_TOPIC, p.binary.encode(msg)))
 
+    def status(self, now: float) -> dict[str, Any]:
+        """Registry, queue depths and counters (the core composes it)."""
+        raise NotImplementedError
+
     def _send(self, node: Node, msg: p.Message) -> None:
         if not msg.frm:
             msg.frm = self.name

@@ -83,8 +83,8 @@ class TaskHandlers(QueenState):
                 self._error_to(identity, codec, "bad-value",
                                "an idempotency key is a string of 1-200 characters", msg.id)
                 return
-            known = self.scheduler.find_key(key)  # in memory, else in the journal
-            if known is not None and self._attach(identity, node, msg, known):
+            first = self.scheduler.find_key(key)  # in memory, else in the journal
+            if first is not None and self._attach(identity, node, msg, first):
                 return
         task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
                     client=identity, client_name=node.name, priority=priority,

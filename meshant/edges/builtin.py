@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from meshant.actors.forager import Forager, TaskContext
@@ -41,7 +42,8 @@ def stream(payload: Any, ctx: TaskContext) -> Any:
     return {"words": len(words)}
 
 
-BUILTINS = {"echo": echo, "sleep": sleep, "fail": fail, "stream": stream}
+BUILTINS: dict[str, Callable[..., Any]] = {
+    "echo": echo, "sleep": sleep, "fail": fail, "stream": stream}
 
 
 # echo takes microseconds and cannot block: it runs in the forager's I/O thread.

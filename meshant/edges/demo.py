@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 import time
+from functools import partial
 from typing import Any
 
 import click
@@ -25,7 +26,10 @@ STORY = ("the queen hands out work and the foragers stream their answers back "
 
 def run_demo(foragers: int = 3, tasks: int = 300, as_json: bool = False) -> bool:
     """Start a queen and ``foragers`` foragers, run the workload, stop them. True if all ok."""
-    say = (lambda *a, **k: None) if as_json else (lambda m: click.echo(m, err=True))
+    def say(message: str) -> None:
+        if not as_json:
+            click.echo(message, err=True)
+
     procs: list[Any] = []
     client: Client | None = None
     report: dict[str, Any] = {"ok": False}
@@ -73,6 +77,10 @@ def run_demo(foragers: int = 3, tasks: int = 300, as_json: bool = False) -> bool
     return bool(report["ok"])
 
 
+def _took(latencies: list[float], sent: float, _future: object) -> None:
+    latencies.append(time.monotonic() - sent)
+
+
 def _workload(client: Client, tasks: int, foragers: int, say: Any) -> dict[str, Any]:
     rng = random.Random(7)
     checks: dict[str, bool] = {}
@@ -94,7 +102,7 @@ def _workload(client: Client, tasks: int, foragers: int, say: Any) -> dict[str, 
             sent = time.monotonic()
             f = client.submit("echo", {"i": i, "text": "x" * rng.randint(10, 500)},
                               priority=rng.randint(0, 99))
-            f.add_done_callback(lambda _f, s=sent: latencies.append(time.monotonic() - s))
+            f.add_done_callback(partial(_took, latencies, sent))
             futs.append(f)
         echoed = 0
         for i, f in enumerate(futs):

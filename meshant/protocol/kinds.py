@@ -140,7 +140,7 @@ def validate_body(kind: Kind, body: object) -> None:
             raise ProtocolError(MISSING_FIELD, f"{kind.name} body needs field {name!r}")
     # Walk the body (usually a few keys) rather than the kind's field list.
     get = typed.get
-    for name, value in body.items():  # type: ignore[attr-defined]
+    for name, value in body.items():
         spec = get(name)
         if spec is None:
             continue  # an unknown or untyped field
@@ -150,7 +150,7 @@ def validate_body(kind: Kind, body: object) -> None:
             raise ProtocolError(BAD_TYPE, f"{kind.name} body field {name!r} has the wrong "
                                 f"type ({type(value).__name__})")
     if kind.code == _NOTE_CODE:
-        text = body["text"]  # type: ignore[index]
+        text = body["text"]
         if len(text) > NOTE_MAX or "\n" in text or "\r" in text:
             raise ProtocolError(BAD_VALUE, f"a note is one line of at most {NOTE_MAX} characters")
 

@@ -110,7 +110,8 @@ def _pack(v: Any) -> bytes:
         if isinstance(o, Blob):
             return msgpack.ExtType(_BLOB_EXT, bytes(o))
         raise TypeError(f"cannot journal {type(o).__name__}")
-    return msgpack.packb(v, default=default)
+    out: bytes = msgpack.packb(v, default=default)
+    return out
 
 
 def _unpack(b: bytes | None) -> Any:
