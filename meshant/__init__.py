@@ -4,6 +4,7 @@ from meshant._version import __version__
 from meshant.actors.client import AsyncClient, Client, TaskFuture, Update
 from meshant.actors.forager import Forager, TaskContext
 from meshant.actors.queen import Queen
+from meshant.core.queen import QueenConfig
 from meshant.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -31,6 +32,7 @@ __all__ = [
     "NoForager",
     "ProtocolError",
     "Queen",
+    "QueenConfig",
     "QueenUnreachable",
     "QueueFull",
     "RateLimited",

@@ -78,6 +78,9 @@ def _stop_on_signals(stop: Any) -> None:
                    "task. ':memory:' for a volatile queen.")
 @click.option("--retention", type=float, default=86_400.0, show_default=True,
               help="Seconds finished tasks stay in the journal (dead letters stay).")
+@click.option("--retention-count", type=click.IntRange(0), default=100_000, show_default=True,
+              help="Finished tasks kept in the journal at most, newest first (dead letters "
+                   "stay).")
 @click.option("--retry-base", type=float, default=0.5, show_default=True,
               help="First retry waits up to this many seconds (full jitter, doubling).")
 @click.option("--retry-cap", type=float, default=30.0, show_default=True,
@@ -93,24 +96,27 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          journal: str | None, retention: float, retry_base: float, retry_cap: float,
+          journal: str | None, retention: float, retention_count: int,
+          retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
+    from meshant.core.queen import QueenConfig
     from meshant.edges.discovery import is_loopback
 
     try:
-        q = Queen(bind, pub, name=name, assign_timeout=assign_timeout,
-                  hb_interval=hb_interval, hb_misses=hb_misses, max_queue=max_queue,
-                  no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
-                  pub_buffer=pub_buffer, max_broadcast=max_broadcast,
-                  mem_max_keys=mem_max_keys, mem_max_value=mem_max_value, colony=colony,
-                  advertise=advertise, mdns_interfaces=list(mdns_interfaces) or None,
-                  curve_secret=curve_secret, authorized=authorized, max_peers=max_peers,
-                  max_message=max_message, peer_hwm=peer_hwm, submit_rate=submit_rate,
-                  journal=journal, retention=retention, retry_base=retry_base,
-                  retry_cap=retry_cap, breaker_threshold=breaker_threshold,
-                  breaker_cooldown=breaker_cooldown)
+        config = QueenConfig(
+            name=name, colony=colony, assign_timeout=assign_timeout, hb_interval=hb_interval,
+            hb_misses=hb_misses, max_queue=max_queue, max_message=max_message,
+            max_peers=max_peers, no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
+            pub_buffer=pub_buffer, max_broadcast=max_broadcast, mem_max_keys=mem_max_keys,
+            mem_max_value=mem_max_value, peer_hwm=peer_hwm, submit_rate=submit_rate,
+            journal=journal, retention=retention, retention_count=retention_count,
+            retry_base=retry_base, retry_cap=retry_cap,
+            breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
+            advertise=advertise, mdns_interfaces=tuple(mdns_interfaces) or None,
+            curve_secret=curve_secret, authorized=authorized)
+        q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if curve_secret is None and is_loopback(bind):
