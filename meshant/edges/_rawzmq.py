@@ -99,44 +99,10 @@ def pubbroker(front_ep: str, pub_ep: str) -> None:
         pub.send_multipart([b"u." + topic.encode(), body])
 
 
-def hbsim(endpoint: str, n: int) -> None:
-    """``n`` idle foragers in one process: hello, then a heartbeat each per interval."""
-    import time
-
-    from meshant.protocol import Message, binary
-
-    ctx = zmq.Context()
-    socks = []
-    for i in range(n):
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.connect(endpoint)
-        s.send(binary.encode(Message("hello", {
-            "role": "forager", "name": f"sim-{i}", "versions": [2], "slots": 1,
-            "tools": ["echo"]}, frm=f"sim-{i}"))[0])
-        socks.append(s)
-    for s in socks:
-        if not s.poll(30000):
-            sys.exit(f"no welcome for {n} simulated foragers")
-        s.recv()
-    print(json.dumps({"event": "ready", "foragers": n}), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    interval = 1.0
-    while True:
-        t0 = time.monotonic()
-        for i, s in enumerate(socks):
-            s.send(binary.encode(Message("hb", {"slots": 1}, frm=f"sim-{i}"))[0])
-            while s.poll(0):
-                s.recv()
-        time.sleep(max(0.0, interval - (time.monotonic() - t0)))
-
-
 if __name__ == "__main__":
     if sys.argv[1] == "broker":
         broker(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "pubbroker":
         pubbroker(sys.argv[2], sys.argv[3])
-    elif sys.argv[1] == "hbsim":
-        hbsim(sys.argv[2], int(sys.argv[3]))
     else:
         worker(sys.argv[2])
