@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.actors.forager import Forager, TaskContext
+from meshant.actors.forager import Forager
+from meshant.actors.handlers import TaskContext
 
 
 class DemoError(Exception):
