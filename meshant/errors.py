@@ -115,9 +115,8 @@ def from_error_body(err: dict[str, Any]) -> MeshantError:
     """Turn the ``error`` map of a failed result (or an ``error`` message) into an exception."""
     code = str(err.get("code", "error"))
     message = str(err.get("message", ""))
+    detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     cls = _BY_CODE.get(code)
     if cls is not None:
-        detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
         return cls(message, code=code, **detail)
-    detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     return TaskFailed(message, code=code, remote_type=str(err.get("type", "")), **detail)
