@@ -9,12 +9,15 @@ import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from meshant import protocol as p
 
-if TYPE_CHECKING:
-    from meshant.actors.forager import Forager
+
+class Sender(Protocol):
+    """Where a task context sends its progress and partial results (the forager)."""
+
+    def send_message(self, msg: p.Message) -> None: ...
 
 
 class TaskContext:
@@ -23,7 +26,7 @@ class TaskContext:
     __slots__ = ("_cancelled", "_event", "_forager", "_future", "attempt", "capability",
                  "deadline", "ref", "task_id")
 
-    def __init__(self, forager: Forager, ref: str, task_id: str, attempt: int,
+    def __init__(self, forager: Sender, ref: str, task_id: str, attempt: int,
                  capability: str, deadline: float | None) -> None:
         self._forager = forager
         self._future: Any = None
