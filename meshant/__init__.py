@@ -1,8 +1,11 @@
 """meshant — a ZeroMQ agent mesh: a queen, foragers and clients speaking IACP/2."""
 
 from meshant._version import __version__
-from meshant.actors.client import AsyncClient, Client, TaskFuture, Update
-from meshant.actors.forager import Forager, TaskContext
+from meshant.actors.async_client import AsyncClient
+from meshant.actors.client import Client
+from meshant.actors.forager import Forager
+from meshant.actors.futures import TaskFuture, Update
+from meshant.actors.handlers import TaskContext
 from meshant.actors.queen import Queen
 from meshant.core.queen import QueenConfig
 from meshant.errors import (

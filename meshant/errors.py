@@ -1,4 +1,18 @@
-"""Exceptions users of meshant see, grouped by what the caller can do about them."""
+"""Exceptions users of meshant see. Every one is a :class:`MeshantError` with a stable
+``code`` (a :class:`meshant.protocol.codes.Code` value) and a ``message``.
+
+By what the caller can do about them:
+
+* retry later — :class:`QueueFull`, :class:`RateLimited`, :class:`QueenUnreachable`;
+* fix the input — :class:`TooLarge`, :class:`ConfigError`,
+  :class:`meshant.protocol.ProtocolError` (anything malformed on the wire), and
+  :class:`Refused` (a name, role or key the queen does not accept);
+* the task's own outcome — :class:`TaskFailed`, :class:`TaskCancelled`,
+  :class:`DeadlineExceeded`, :class:`NoForager`.
+
+The codes are literals here (this module imports nothing of meshant, so every layer may
+import it); ``tests/test_layout.py`` checks each is a ``Code``.
+"""
 
 from __future__ import annotations
 
@@ -89,13 +103,11 @@ class TaskFailed(MeshantError):
         return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
 
 
+# Errors a failed result or an ``error`` message may carry, by code; any other code is
+# the task's own failure (TaskFailed).
 _BY_CODE: dict[str, type[MeshantError]] = {
-    "queue-full": QueueFull,
-    "no-forager": NoForager,
-    "deadline-exceeded": DeadlineExceeded,
-    "cancelled": TaskCancelled,
-    "too-large": TooLarge,
-    "rate-limited": RateLimited,
+    cls.code: cls
+    for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited)
 }
 
 
@@ -103,9 +115,8 @@ def from_error_body(err: dict[str, Any]) -> MeshantError:
     """Turn the ``error`` map of a failed result (or an ``error`` message) into an exception."""
     code = str(err.get("code", "error"))
     message = str(err.get("message", ""))
+    detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     cls = _BY_CODE.get(code)
     if cls is not None:
-        detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
         return cls(message, code=code, **detail)
-    detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     return TaskFailed(message, code=code, remote_type=str(err.get("type", "")), **detail)

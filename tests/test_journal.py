@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from meshant import Client, MeshantError, Queen
-from meshant.core.scheduler import DuplicateTask, Task
+from meshant.core.scheduler import DuplicateTask
+from meshant.core.tasks import Task
 from meshant.storage.journal import Journal
 
 from .conftest import Colony, Procs, wait_for

@@ -7,16 +7,9 @@ from typing import Any
 import pytest
 
 from meshant.core.registry import Node, Registry
-from meshant.core.scheduler import (
-    COMPLETED,
-    FAILED,
-    QUEUED,
-    TRANSITIONS,
-    DuplicateTask,
-    QueueFull,
-    Scheduler,
-    Task,
-)
+from meshant.core.scheduler import DuplicateTask, Scheduler
+from meshant.core.tasks import COMPLETED, FAILED, QUEUED, TRANSITIONS, Task
+from meshant.errors import QueueFull
 
 
 class Colony:

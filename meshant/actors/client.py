@@ -3,27 +3,28 @@
 ``Client`` is thread-safe by default: any thread may submit; one I/O thread owns the
 socket. ``Client(threaded=False)`` has no I/O thread: the calling thread drives the socket
 whenever it submits or waits, which saves two thread hand-offs per task (the lowest
-latency for a single-threaded caller). ``AsyncClient`` wraps the threaded client for asyncio.
+latency for a single-threaded caller). A submission's future and updates are
+:mod:`meshant.actors.futures`; ``AsyncClient`` (:mod:`meshant.actors.async_client`) wraps
+the threaded client for asyncio.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
 from meshant import protocol as p
 from meshant.actors._peer import Peer
+from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.errors import (
     MeshantError,
     QueenUnreachable,
@@ -31,76 +32,9 @@ from meshant.errors import (
     TooLarge,
     from_error_body,
 )
+from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.client")
-
-
-@dataclass(frozen=True, slots=True)
-class Update:
-    """A progress report or a partial result of a running task, in the order sent."""
-
-    kind: str  # "progress", "partial", or "callback-error" (your on_progress raised)
-    seq: int
-    fraction: float | None = None
-    note: str | None = None
-    value: Any = None
-
-
-class TaskFuture(Future):  # type: ignore[type-arg]
-    """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
-
-    def __init__(self, task_id: str, frames: list[bytes] | None = None,
-                 pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
-        super().__init__()
-        self.task_id = task_id
-        self.acknowledged = False
-        self.last_seq = 0
-        # The submission as sent, kept until the task ends: re-sent with the same id
-        # after a reconnect, so nothing the caller submitted is lost with a connection.
-        self._frames = frames
-        self._size = sum(len(f) for f in frames) if frames else 0
-        self._submitted = 0.0
-        self._refusals = 0
-        self._pump = pump
-        self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._pump is not None and not self.done():
-            # A direct client: this thread reads the socket until the result is here.
-            self._pump(self.done, timeout)
-            timeout = 0
-        return super().result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._pump is not None and not self.done():
-            self._pump(self.done, timeout)
-            timeout = 0
-        return super().exception(timeout)
-
-    def updates(self, timeout: float | None = None) -> Iterator[Update]:
-        """Yield progress reports and partial results until the task ends.
-
-        ``timeout`` bounds the wait for each update; TimeoutError when it passes.
-        """
-        while True:
-            if self._pump is not None and self._updates.empty():
-                self._pump(lambda: not self._updates.empty(), timeout)
-            try:
-                u = self._updates.get(timeout=timeout if self._pump is None else 0)
-            except queue.Empty:
-                raise TimeoutError(f"no update for task {self.task_id} within {timeout} s")
-            if u is None:
-                return
-            yield u
-
-
-def _wrap(value: Any) -> Any:
-    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) and (
-        len(value) >= p.BLOB_MIN) else value
-
-
-def _unwrap(value: Any) -> Any:
-    return value.data if isinstance(value, p.Blob) else value
 
 
 class Client(Peer):
@@ -306,7 +240,7 @@ class Client(Peer):
         if lost is not None and now - lost >= self.queen_wait and self._tasks:
             err = QueenUnreachable(
                 f"the queen at {self.queen} has been unreachable for {now - lost:.0f} s "
-                f"({self._lost_why}); the task's outcome is unknown", code="queen-lost")
+                f"({self._lost_why}); the task's outcome is unknown", code=Code.QUEEN_LOST)
             self._fail_pending(err)
 
     def __enter__(self) -> Client:
@@ -322,7 +256,7 @@ class Client(Peer):
         elif threading.get_ident() == self._io_ident:
             self._close_direct()
         self._fail_pending(MeshantError("the client was closed before the task finished",
-                                        code="closed"))
+                                        code=Code.CLOSED))
 
     def _io_died(self, e: BaseException) -> None:
         super()._io_died(e)
@@ -337,14 +271,17 @@ class Client(Peer):
         fut._frames = None
         fut._updates.put(None)
 
+    def _fail_task(self, fut: TaskFuture, err: MeshantError) -> None:
+        """The task is over for this client, failed with ``err`` (unless it has its
+        outcome already)."""
+        self._end(fut)
+        fail(fut, err)
+
     def _fail_pending(self, err: MeshantError) -> None:
         for fut in list(self._tasks.values()):
-            self._end(fut)
-            if not fut.done():
-                fut.set_exception(err)
+            self._fail_task(fut, err)
         for rf in list(self._requests.values()):
-            if not rf.done():
-                rf.set_exception(err)
+            fail(rf, err)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -379,10 +316,10 @@ class Client(Peer):
         if self._died is not None:
             raise self._died
         if self._stopped.is_set():
-            raise MeshantError("the client is closed", code="closed")
+            raise MeshantError("the client is closed", code=Code.CLOSED)
         if not 0 <= priority <= 99:
             raise ValueError("priority must be between 0 and 99")
-        body: dict[str, Any] = {"capability": capability, "payload": _wrap(payload)}
+        body: dict[str, Any] = {"capability": capability, "payload": p.wrap_blob(payload)}
         if priority != 50:
             body["priority"] = priority
         if timeout is not None:
@@ -408,7 +345,7 @@ class Client(Peer):
         try:
             frames = self._encode(msg)
         except p.ProtocolError as e:
-            if e.code == p.errors.TOO_LARGE:
+            if e.code == Code.TOO_LARGE:
                 raise TooLarge(f"cannot submit {capability!r}: {e.message}") from None
             raise ValueError(f"cannot submit {capability!r}: {e.message}") from None
         fut = TaskFuture(msg.id, frames, self._pump)
@@ -452,7 +389,7 @@ class Client(Peer):
             return fut.result(0 if self._pump is not None else timeout)  # type: ignore[no-any-return]
         except TimeoutError:
             raise MeshantError(f"no answer to {kind} within {timeout:g} s",
-                               code="timeout") from None
+                               code=Code.TIMEOUT) from None
         finally:
             self._requests.pop(msg.id, None)
             self._request_msgs.pop(msg.id, None)
@@ -546,18 +483,17 @@ class Client(Peer):
             return  # exactly once: a repeat of something already seen is dropped
         fut.last_seq = seq
         if b.get("partial"):
-            u = Update("partial", seq, value=_unwrap(b.get("value")))
+            u = Update("partial", seq, value=p.unwrap_blob(b.get("value")))
             fut._updates.put(u)
             if self.on_update is not None:
                 self._callback(fut, u)
             return
-        self._end(fut)
-        if fut.done():
+        if b.get("state") != "completed":
+            self._fail_task(fut, from_error_body(b.get("error") or {}))
             return
-        if b.get("state") == "completed":
-            fut.set_result(_unwrap(b.get("result")))
-        else:
-            fut.set_exception(from_error_body(b.get("error") or {}))
+        self._end(fut)
+        if not fut.done():
+            fut.set_result(p.unwrap_blob(b.get("result")))
 
     def _on_reply(self, msg: p.Message) -> None:
         fut = self._requests.get(msg.ref or "")
@@ -569,14 +505,14 @@ class Client(Peer):
         submission again after the queen's ``retry_after`` (jittered), pausing the
         others meanwhile. False once ``submit_timeout`` has passed, or for other errors."""
         code = err.get("code")
-        if code != "rate-limited" and not (code == "queue-full" and self.retry_queue_full):
+        if code != Code.RATE_LIMITED and not (code == Code.QUEUE_FULL and self.retry_queue_full):
             return False
         now = time.monotonic()
         if now - fut._submitted >= self.submit_timeout:
-            if code == "rate-limited":
+            if code == Code.RATE_LIMITED:
                 err = {**err, "message": f"the queen refused the submission as too fast for "
                        f"{self.submit_timeout:g} s: {err.get('message', '')}"}
-                fut.set_exception(from_error_body(err))
+                fail(fut, from_error_body(err))
             return False
         fut._refusals += 1
         after = err.get("retry_after")
@@ -594,57 +530,14 @@ class Client(Peer):
         ref = msg.ref or ""
         fut = self._tasks.get(ref)
         if fut is not None:
-            if self._back_off(fut, msg.b):
-                return
-            self._end(fut)
-            if not fut.done():
-                fut.set_exception(from_error_body(msg.b))
+            if not self._back_off(fut, msg.b):
+                self._fail_task(fut, from_error_body(msg.b))
             return
-        err = from_error_body(msg.b)
         rf = self._requests.get(ref)
         if rf is not None and not rf.done():
-            rf.set_exception(err)
+            fail(rf, from_error_body(msg.b))
             return
         super()._on_remote_error(msg)
 
 
-class AsyncClient:
-    """asyncio face of :class:`Client`: ``await client.submit(...)`` returns the result."""
-
-    def __init__(self, queen: str | None = None, **kw: Any) -> None:
-        self._kw = kw
-        self._queen = queen
-        self.client: Client | None = None
-
-    async def connect(self) -> AsyncClient:
-        self.client = await asyncio.to_thread(Client, self._queen, **self._kw)
-        return self
-
-    async def __aenter__(self) -> AsyncClient:
-        return await self.connect()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self.client is not None:
-            await asyncio.to_thread(self.client.close)
-
-    def _c(self) -> Client:
-        if self.client is None:
-            raise MeshantError("call 'await connect()' first", code="closed")
-        return self.client
-
-    async def submit(self, capability: str, payload: Any = None, **kw: Any) -> Any:
-        """Submit and await the result."""
-        return await asyncio.wrap_future(self._c().submit(capability, payload, **kw))
-
-    def submit_nowait(self, capability: str, payload: Any = None, **kw: Any) -> asyncio.Future[Any]:
-        """Submit and return an asyncio future at once."""
-        return asyncio.wrap_future(self._c().submit(capability, payload, **kw))
-
-    async def status(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self._c().status)
-
-
-__all__ = ["AsyncClient", "Client", "TaskFuture", "Update"]
+__all__ = ["Client", "TaskFuture", "Update"]

@@ -2,7 +2,8 @@
 
 Register handlers with :meth:`Forager.task`, then :meth:`Forager.run` (blocking, stops on
 SIGINT/SIGTERM), :meth:`Forager.start`/:meth:`Forager.stop` (background thread inside your
-own process) or ``await forager.run_async()``.
+own process) or ``await forager.run_async()``. What a handler is given, and how it is
+called, is :mod:`meshant.actors.handlers`.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
 from meshant import protocol as p
 from meshant.actors._peer import Peer
+from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
+from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
 
@@ -32,109 +34,11 @@ ACCEPT_DELAY = 0.002
 RESENT_MAX = 10_000
 
 
-class TaskContext:
-    """What a handler knows about the task it runs, and how it talks back while running."""
-
-    __slots__ = ("_cancelled", "_event", "_forager", "_future", "attempt", "capability",
-                 "deadline", "ref", "task_id")
-
-    def __init__(self, forager: Forager, ref: str, task_id: str, attempt: int,
-                 capability: str, deadline: float | None) -> None:
-        self._forager = forager
-        self._future: Any = None
-        self.ref = ref
-        self.task_id = task_id
-        self.attempt = attempt
-        self.capability = capability
-        self.deadline = deadline
-        self._cancelled = False
-        self._event: threading.Event | None = None
-
-    @property
-    def is_cancelled(self) -> bool:
-        """True once the queen cancelled this task; long handlers should check it and stop."""
-        return self._cancelled
-
-    @property
-    def cancelled(self) -> threading.Event:
-        """An Event set when the task is cancelled (``ctx.cancelled.wait(s)`` sleeps
-        cancellably). Made on first use: most tasks never need one."""
-        ev = self._event
-        if ev is None:
-            ev = threading.Event()
-            if self._cancelled:
-                ev.set()
-            self._event = ev
-            if self._cancelled:  # a cancel raced with the creation
-                ev.set()
-        return ev
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        ev = self._event
-        if ev is not None:
-            ev.set()
-
-    def progress(self, fraction: float | None = None, note: str | None = None) -> None:
-        """Report progress (0.0-1.0) and/or a short note; also renews the task's lease.
-        Nothing is sent once the task is cancelled."""
-        if self._cancelled:
-            return
-        body: dict[str, Any] = {}
-        if fraction is not None:
-            body["fraction"] = float(fraction)
-        if note is not None:
-            body["note"] = str(note)
-        self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
-
-    def partial(self, value: Any) -> None:
-        """Stream a partial result to the submitter (delivered in order, exactly once).
-        Nothing is sent once the task is cancelled."""
-        if self._cancelled:
-            return
-        self._forager.send_message(p.Message(
-            "task.result", {"partial": True, "value": _wrap(value)}, ref=self.ref, to="queen"))
-
-
-@dataclass(slots=True)
-class Handler:
-    fn: Callable[..., Any]
-    batch: int | None
-    is_async: bool
-    takes_ctx: bool
-    inline: bool = False
-
-
-def _wrap(value: Any) -> Any:
-    return p.Blob(value) if isinstance(value, bytes | bytearray | memoryview) and (
-        len(value) >= p.BLOB_MIN) else value
-
-
-def _unwrap(value: Any) -> Any:
-    return value.data if isinstance(value, p.Blob) else value
-
-
-def _positional_count(fn: Callable[..., Any]) -> int:
-    """How many positional arguments ``fn`` needs (parameters with defaults don't count)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 3
-    if any(q.kind == q.VAR_POSITIONAL for q in params):
-        return 3
-    return sum(1 for q in params if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)
-               and q.default is q.empty)
-
-
 def _call_logged(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     try:
         fn(*args)
     except Exception:
         log.exception("broadcast handler %s failed", getattr(fn, "__name__", fn))
-
-
-def _error_body(e: BaseException) -> dict[str, Any]:
-    return {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}}
 
 
 class Forager(Peer):
@@ -193,11 +97,12 @@ class Forager(Peer):
              inline: bool = False) -> Callable[[Any], Any]:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
-        The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``) in a worker
-        thread. With ``batch=N`` it is called as ``fn(payloads, ctxs)`` with up to N tasks
-        and returns one result per task (an Exception instance in the list fails just that
-        task). ``inline=True`` runs it in the I/O thread itself, saving two thread
-        hand-offs per task: only for handlers that take microseconds and never block.
+        The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``: a parameter
+        with a default is never filled) in a worker thread. With ``batch=N`` it is called
+        as ``fn(payloads, ctxs)`` with up to N tasks and returns one result per task (an
+        Exception instance in the list fails just that task). ``inline=True`` runs it in
+        the I/O thread itself, saving two thread hand-offs per task: only for handlers
+        that take microseconds and never block.
         """
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.add_handler(capability, fn, batch=batch, inline=inline)
@@ -213,22 +118,14 @@ class Forager(Peer):
             raise ValueError("batch must be at least 1")
         if inline and (batch is not None or inspect.iscoroutinefunction(fn)):
             raise ValueError("inline handlers are plain functions without batch")
-        try:
-            params = [q for q in inspect.signature(fn).parameters.values()
-                      if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
-            takes_ctx = len(params) >= 2 or any(
-                q.kind == q.VAR_POSITIONAL for q in inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            takes_ctx = True
-        self.handlers[capability] = Handler(fn, batch, inspect.iscoroutinefunction(fn),
-                                            takes_ctx, inline)
+        self.handlers[capability] = Handler.of(fn, batch, inline)
 
     def on(self, prefix: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
         ``fn(topic, data, message)``) in a worker thread for each broadcast whose topic
         starts with ``prefix``."""
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-            three = _positional_count(fn) >= 3
+            three = positional_args(fn, 3) == 3
 
             def deliver(topic: str, data: Any, msg: p.Message) -> None:
                 if self._pool is None:
@@ -430,9 +327,9 @@ class Forager(Peer):
                 log.error("%s: dropped a partial result of %s: %s", self.name, msg.ref,
                           e.message)
                 return
-            if e.code == p.errors.TOO_LARGE:
+            if e.code == Code.TOO_LARGE:
                 # A retry cannot make it smaller: the task fails for good, at once.
-                error = {"type": "TooLarge", "code": "too-large",
+                error = {"type": "TooLarge", "code": Code.TOO_LARGE,
                          "message": f"the result is too large to send: {e.message}"}
             else:
                 error = {"type": "EncodeError",
@@ -465,7 +362,7 @@ class Forager(Peer):
                           cap, deadline)
         self.running[ref] = ctx
         self._accepts[ref] = time.monotonic() + ACCEPT_DELAY
-        payload = _unwrap(body.get("payload"))
+        payload = p.unwrap_blob(body.get("payload"))
         if h.inline:
             self._run_one(h, payload, ctx)
         elif h.batch is not None:
@@ -512,7 +409,7 @@ class Forager(Peer):
 
     def _on_remote_error(self, msg: p.Message) -> None:
         assign = msg.b.get("assign")
-        if msg.b.get("code") == "unknown-task" and isinstance(assign, str):
+        if msg.b.get("code") == Code.UNKNOWN_TASK and isinstance(assign, str):
             ctx = self.running.get(assign)
             if assign in self._orphans:
                 return  # said once already
@@ -548,19 +445,19 @@ class Forager(Peer):
     def _run_one(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
         try:
             result = h.fn(payload, ctx) if h.takes_ctx else h.fn(payload)
-            body = {"status": "ok", "result": _wrap(result)}
+            body = {"status": "ok", "result": p.wrap_blob(result)}
         except Exception as e:
-            body = _error_body(e)
+            body = error_body(e)
         self._done(ctx, body)
 
     async def _run_async(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
         try:
             result = await (h.fn(payload, ctx) if h.takes_ctx else h.fn(payload))
-            body = {"status": "ok", "result": _wrap(result)}
+            body = {"status": "ok", "result": p.wrap_blob(result)}
         except asyncio.CancelledError:
             body = {"status": "cancelled"}
         except Exception as e:
-            body = _error_body(e)
+            body = error_body(e)
         self._done(ctx, body)
 
     def _run_batch(self, h: Handler, cap: str) -> None:
@@ -582,10 +479,10 @@ class Forager(Peer):
             if len(results) != len(items):
                 raise ValueError(f"batch handler returned {len(results)} results for "
                                  f"{len(items)} tasks")
-            bodies = [_error_body(r) if isinstance(r, BaseException)
-                      else {"status": "ok", "result": _wrap(r)} for r in results]
+            bodies = [error_body(r) if isinstance(r, BaseException)
+                      else {"status": "ok", "result": p.wrap_blob(r)} for r in results]
         except Exception as e:
-            bodies = [_error_body(e)] * len(items)
+            bodies = [error_body(e)] * len(items)
         for ctx, body in zip(ctxs, bodies, strict=True):
             self._done(ctx, dict(body))
 
@@ -602,3 +499,6 @@ class Forager(Peer):
     def message_callbacks(self) -> tuple[Callable[[p.Message], Any], ...]:
         """The callbacks registered with ``on_message``, in order (to copy to another forager)."""
         return tuple(self._message_callbacks)
+
+
+__all__ = ["Forager", "TaskContext"]  # TaskContext lives in meshant.actors.handlers

@@ -85,7 +85,7 @@ class Queen:
             try:
                 self.journal = Journal(c.journal)
             except JournalError as e:
-                raise MeshantError(str(e), code="bad-journal") from None
+                raise MeshantError(str(e), code=p.Code.BAD_JOURNAL) from None
             # Final tasks stay on disk; the journal's own thread prunes them.
             self.journal.retain(c.retention, c.retention_count)
         now = time.monotonic()

@@ -23,12 +23,15 @@ class Backoff:
     cap: float = 30.0
     rng: random.Random = field(default_factory=random.Random)
 
-    def ceiling(self, retry: int) -> float:
-        """The longest wait before retry number ``retry`` (0 for the first retry)."""
-        return min(self.cap, self.base * 2 ** retry)
+    def ceiling(self, retry: int, base: float | None = None, cap: float | None = None) -> float:
+        """The longest wait before retry number ``retry`` (0 for the first retry).
+        ``base`` and ``cap`` override this policy's (a task's own retry policy)."""
+        return min(self.cap if cap is None else cap,
+                   (self.base if base is None else base) * 2 ** retry)
 
-    def delay(self, retry: int) -> float:
-        return self.rng.uniform(0.0, self.ceiling(retry))
+    def delay(self, retry: int, base: float | None = None, cap: float | None = None) -> float:
+        """A random wait in ``[0, ceiling(retry, base, cap)]`` (full jitter)."""
+        return self.rng.uniform(0.0, self.ceiling(retry, base, cap))
 
 
 @dataclass

@@ -13,26 +13,27 @@ from meshant.core.memory import MemoryStore
 from meshant.core.policy import Backoff
 from meshant.core.registry import Node, Registry
 from meshant.core.scheduler import Scheduler, Task
+from meshant.protocol.codes import Code
 from meshant.protocol.topics import MEM_TOPIC
 
 log = logging.getLogger("meshant.queen")
 
 # Error codes the queen answers with (besides the protocol's own).
-NOT_REGISTERED = "not-registered"
-NAME_TAKEN = "name-taken"
-NOT_ALLOWED = "not-allowed"
-RATE_LIMITED = "rate-limited"
+NOT_REGISTERED = Code.NOT_REGISTERED
+NAME_TAKEN = Code.NAME_TAKEN
+NOT_ALLOWED = Code.NOT_ALLOWED
+RATE_LIMITED = Code.RATE_LIMITED
 HELLO_RATE = 5.0  # hellos per second per connection: a reconnecting peer needs one
-QUEUE_FULL = "queue-full"
-DUPLICATE_TASK = "duplicate-task"
-UNKNOWN_RECIPIENT = "unknown-recipient"
-UNKNOWN_TASK = "unknown-task"
-NOT_YOURS = "not-yours"
-BAD_FROM = "bad-from"
-WRONG_ROLE = "wrong-role"
-TOO_MANY_PEERS = "too-many-peers"
-UNSUPPORTED = "unsupported"
-BAD_TOPIC = "bad-topic"
+QUEUE_FULL = Code.QUEUE_FULL
+DUPLICATE_TASK = Code.DUPLICATE_TASK
+UNKNOWN_RECIPIENT = Code.UNKNOWN_RECIPIENT
+UNKNOWN_TASK = Code.UNKNOWN_TASK
+NOT_YOURS = Code.NOT_YOURS
+BAD_FROM = Code.BAD_FROM
+WRONG_ROLE = Code.WRONG_ROLE
+TOO_MANY_PEERS = Code.TOO_MANY_PEERS
+UNSUPPORTED = Code.UNSUPPORTED
+BAD_TOPIC = Code.BAD_TOPIC
 
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
 

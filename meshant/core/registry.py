@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from meshant.core.heartbeat import HeartbeatMonitor
 
 if TYPE_CHECKING:
-    from meshant.core.scheduler import Attempt
+    from meshant.core.tasks import Attempt
 
 # Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
 # registration this many heartbeat timeouts (a direct client may sit idle between calls),

@@ -8,8 +8,12 @@ a list of actions to put on the wire:
 * ``("deliver", task, kind, body)`` — send ``kind`` (progress, partial or final result)
   to the task's submitter
 
-Each task's lifecycle is the table ``TRANSITIONS``; every state change goes through
-``_move`` so an illegal one is a bug that shows, not a silent corruption.
+Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks`, the task
+model); every state change goes through ``_move`` so an illegal one is a bug that shows,
+not a silent corruption. Which forager gets a task, and the circuit breakers, are
+:mod:`meshant.core.scheduler_routing`; dead letters, restoring from the journal and
+archive lookups are :mod:`meshant.core.scheduler_store`. Retry delays are
+:class:`meshant.core.policy.Backoff`'s.
 """
 
 from __future__ import annotations
@@ -17,149 +21,44 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import sys
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from meshant.core.policy import Backoff, Breaker
 from meshant.core.registry import ACTIVE, Node, Registry
+from meshant.core.scheduler_routing import Routing
+from meshant.core.scheduler_store import TaskStore
+from meshant.core.tasks import (
+    ACCEPTED,
+    ASSIGNED,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    FINAL,
+    QUEUED,
+    TRANSITIONS,
+    Attempt,
+    Task,
+    slim,
+)
+from meshant.errors import QueueFull
+from meshant.protocol.codes import Code
 
-QUEUED = "queued"
-ASSIGNED = "assigned"
-ACCEPTED = "accepted"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
-
-TRANSITIONS: dict[str, frozenset[str]] = {
-    QUEUED: frozenset({ASSIGNED, FAILED, CANCELLED}),
-    ASSIGNED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
-    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED}),
-    COMPLETED: frozenset(),
-    FAILED: frozenset(),
-    CANCELLED: frozenset(),
-}
-
-# Failure codes carried in a failed task's error, stable for scripts.
-E_HANDLER = "handler-error"
-E_REJECTED = "rejected"
-E_ATTEMPTS = "attempts-exhausted"
-E_DEADLINE = "deadline-exceeded"
-E_NO_FORAGER = "no-forager"
-E_TOO_LARGE = "too-large"
-# Why an attempt failed (the error's "cause"): the dead-letter classification.
-C_HANDLER = "handler-error"
-C_REJECTED = "rejected"
-C_TIMEOUT = "assign-timeout"
-C_LOST = "forager-lost"
-C_DEADLINE = "deadline-exceeded"
-C_NO_FORAGER = "no-forager"
-
-
-class QueueFull(Exception):
-    """The queen holds as many queued tasks as it is allowed to."""
+__all__ = [  # the task model is re-exported: it is what the scheduler takes and gives
+    "ACCEPTED", "ASSIGNED", "CANCELLED", "COMPLETED", "FAILED", "FINAL", "QUEUED",
+    "TRANSITIONS", "Attempt", "DuplicateTask", "QueueFull", "Scheduler", "Task",
+]
 
 
 class DuplicateTask(Exception):
     """A task with this id is already known."""
 
 
-# Tasks without labels share this one (never mutated): an empty dict per task is 64 bytes.
-_NO_LABELS: dict[str, Any] = {}
 # Which Task field holds the id of a task's pending timer of each kind (0: none pending).
 _TIMER_FIELD = {"deadline": "deadline_timer", "wait": "waiting", "retry": "retry_timer"}
 _COMPACT_MIN = 64  # a queue heap smaller than this is rebuilt at its first stale entry
 
-
-@dataclass(slots=True, eq=False)
-class Task:
-    """One task. 100,000 may sit in a queue, so what most tasks never use stays ``None``
-    (``avoid``, ``rejected``, ``reasons``, the watchers) until first needed."""
-
-    id: str
-    capability: str
-    payload: Any = None
-    client: bytes = b""
-    client_name: str = ""
-    priority: int = 50
-    timeout: float | None = None
-    to: str | None = None
-    labels: dict[str, Any] = field(default_factory=dict)
-    max_attempts: int = 3
-    wait: float = 30.0
-    state: str = QUEUED
-    attempt: int = 0
-    tries: int = 0
-    seq: int = 0
-    order: int = 0
-    submitted: float = 0.0
-    deadline: float | None = None
-    current: Attempt | None = None
-    avoid: set[bytes] | None = None  # connections not to assign it to again
-    rejected: set[bytes] | None = None  # connections that rejected it
-    reasons: list[str] | None = None  # why its attempts failed, oldest first
-    history: list[tuple[float, str, str]] = field(default_factory=list)
-    final: dict[str, Any] | None = None
-    # Ids of this task's pending timers (0: none): a timer whose id no longer matches is
-    # stale, and the scheduler drops stale timers as soon as they are most of the heap.
-    waiting: int = 0  # waiting for a forager offering its capability
-    deadline_timer: int = 0
-    retry_timer: int = 0  # in a retry backoff (queued, but not in its queue's heap)
-    logged: int = 0  # history entries already journaled
-    restored: bool = False
-    key: str | None = None  # idempotency key
-    dead: bool = False  # in the dead-letter queue
-    retry_base: float | None = None  # this task's backoff, else the queen's
-    retry_cap: float | None = None
-    _watchers: list[tuple[bytes, str, str]] | None = None
-
-    @property
-    def watchers(self) -> list[tuple[bytes, str, str]]:
-        """Later submissions with this task's idempotency key: (identity, name, alias)."""
-        if self._watchers is None:
-            self._watchers = []
-        return self._watchers
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def add_reason(self, why: str) -> list[str]:
-        if self.reasons is None:
-            self.reasons = []
-        self.reasons.append(why)
-        return self.reasons
-
-    def add_avoid(self, identity: bytes) -> None:
-        if self.avoid is None:
-            self.avoid = set()
-        self.avoid.add(identity)
-
-
-@dataclass(slots=True, eq=False)
-class Attempt:
-    id: str
-    task: Task
-    node: Node
-    number: int
-    lease: float
-    live: bool = True
-
-
-def _slim(task: Task) -> None:
-    """Share what many tasks repeat: one capability string, no empty dict each."""
-    task.capability = sys.intern(task.capability)
-    if task.client_name:
-        task.client_name = sys.intern(task.client_name)
-    if task.to is not None:
-        task.to = sys.intern(task.to)
-    if not task.labels:
-        task.labels = _NO_LABELS
-
-
-class Scheduler:
+class Scheduler(Routing, TaskStore):
     """Queues, assignment and the task lifecycle. All times are the queen's monotonic clock."""
 
     def __init__(
@@ -338,46 +237,18 @@ class Scheduler:
         extra.setdefault("cause", code)
         extra.setdefault("attempts", task.attempt)
         self._finish(task, FAILED, now, {"error": {"code": code, "message": message, **extra}})
-        # Every failed task lands in the dead-letter queue, with its last error, until
-        # retried or purged.
+        self._dead_letter(task)
+
+    def _dead_letter(self, task: Task) -> None:
+        """Every failed task lands in the dead-letter queue, with its last error, until
+        retried or purged."""
         task.dead = True
         self.dlq[task.id] = task
         self.counters["dead_lettered"] += 1
 
-    def _delay(self, task: Task) -> float:
-        """The wait before this task's next retry: its own policy, else the queen's."""
-        b = self.backoff
-        base = task.retry_base if task.retry_base is not None else b.base
-        cap = task.retry_cap if task.retry_cap is not None else b.cap
-        return b.rng.uniform(0.0, min(cap, base * 2 ** (task.tries - 1)))
-
-    def _breaker(self, table: dict[str, Breaker], key: str) -> Breaker:
-        b = table.get(key)
-        if b is None:
-            b = table[key] = Breaker(self.breaker_threshold, self.breaker_cooldown)
-        return b
-
-    def _outcome(self, att: Attempt, ok: bool, now: float, capability_too: bool) -> None:
-        fb = self._breaker(self.forager_breakers, att.node.name)
-        cb = self._breaker(self.cap_breakers, att.task.capability) if capability_too else None
-        for b in (fb, cb):
-            if b is None:
-                continue
-            if ok:
-                b.success()
-            else:
-                b.failure(now)
-
-    def _retry_or_fail(self, task: Task, now: float, cause: str, why: str, code: str,
-                       **extra: Any) -> None:
-        """An attempt failed: retry after a jittered backoff, or give up (dead letter)."""
-        task.tries += 1
-        reasons = task.add_reason(why)
-        if task.tries >= task.max_attempts:
-            self._fail(task, now, code, f"gave up after {task.tries} attempts; last: {why}",
-                       cause=cause, reasons=reasons, **extra)
-            return
-        delay = self._delay(task)
+    def _retry_later(self, task: Task, now: float, why: str) -> None:
+        """Queue the task again after a jittered backoff: its own policy, else the queen's."""
+        delay = self.backoff.delay(task.tries - 1, task.retry_base, task.retry_cap)
         self.counters["retried"] += 1
         self._move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
         self._enqueue(task, now, delay)
@@ -405,7 +276,7 @@ class Scheduler:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
         task.order = next(self._order)
         task.submitted = now
-        _slim(task)
+        slim(task)
         if task.history:
             task.history.append((now, QUEUED, "submitted"))
         else:
@@ -430,7 +301,7 @@ class Scheduler:
         if task is None:
             return None
         self._abandon_keep_slot(task)
-        self._finish(task, CANCELLED, now, {"error": {"code": "cancelled",
+        self._finish(task, CANCELLED, now, {"error": {"code": Code.CANCELLED,
                                                       "message": "cancelled by the client"}})
         return task
 
@@ -521,7 +392,7 @@ class Scheduler:
         else:
             err = body.get("error") if isinstance(body.get("error"), dict) else {}
             etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
-            if err.get("code") == E_TOO_LARGE:
+            if err.get("code") == Code.TOO_LARGE:
                 # The forager could not send its result: running it again cannot help.
                 self.too_large(att, emsg, now)
                 return
@@ -534,17 +405,12 @@ class Scheduler:
             if task.tries >= task.max_attempts:
                 self._abandon(task, now, cancel=False)
                 self._finish(task, FAILED, now, {"error": {
-                    "code": E_HANDLER, "type": etype, "message": emsg,
-                    "forager": att.node.name, "cause": C_HANDLER, "attempts": task.attempt}})
-                task.dead = True
-                self.dlq[task.id] = task
-                self.counters["dead_lettered"] += 1
+                    "code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
+                    "forager": att.node.name, "cause": Code.HANDLER_ERROR,
+                    "attempts": task.attempt}})
+                self._dead_letter(task)
             else:
-                delay = self._delay(task)
-                self.counters["retried"] += 1
-                self._move(task, QUEUED, now, f"{etype} on {att.node.name}; retry in "
-                           f"{delay:.2f} s")
-                self._enqueue(task, now, delay)
+                self._retry_later(task, now, f"{etype} on {att.node.name}")
 
     def too_large(self, att: Attempt, message: str, now: float) -> None:
         """The attempt's result is over the size limit: the task fails at once, for good
@@ -552,7 +418,7 @@ class Scheduler:
         task = att.task
         task.tries += 1
         self._abandon(task, now, cancel=False)  # it finished: nothing to cancel
-        self._fail(task, now, E_TOO_LARGE, message, cause=E_TOO_LARGE,
+        self._fail(task, now, Code.TOO_LARGE, message, cause=Code.TOO_LARGE,
                    forager=att.node.name)
 
     def release(self, att: Attempt) -> None:
@@ -606,7 +472,7 @@ class Scheduler:
         self.dirty = True
 
     def _reissue(self, task: Task, now: float, why: str, *, avoid: bool = True,
-                 cause: str = C_LOST) -> None:
+                 cause: str = Code.FORAGER_LOST) -> None:
         task.tries += 1
         old = task.current
         if old is not None and avoid:
@@ -616,7 +482,7 @@ class Scheduler:
         if old is not None and old.node.identity:
             self._outcome(old, False, now, capability_too=False)
         if task.tries >= task.max_attempts:
-            self._fail(task, now, E_ATTEMPTS,
+            self._fail(task, now, Code.ATTEMPTS_EXHAUSTED,
                        f"gave up after {task.tries} attempts; last: {why}",
                        reasons=task.reasons or [], cause=cause)
             return
@@ -625,71 +491,6 @@ class Scheduler:
         task.add_reason(why)
         self._move(task, QUEUED, now, why)
         self._enqueue(task, now)
-
-    def _revive(self, r: dict[str, Any]) -> Task:
-        """A Task from a journal row (``Journal.unfinished``/``find``)."""
-        task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
-                    client_name=r["client_name"], priority=r["priority"],
-                    timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
-                    max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
-                    attempt=r["attempt"], tries=r["tries"], restored=True,
-                    key=r.get("idem_key"), retry_base=r.get("retry_base"),
-                    retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")))
-        task.submitted = r["created"] - self.to_wall
-        return task
-
-    def restore(self, rows: list[dict[str, Any]], now: float, wall_now: float,
-                grace: float) -> int:
-        """Take back a journal's tasks after a restart; returns how many are unfinished.
-
-        ``rows``: the unfinished tasks and the dead letters (``Journal.unfinished``).
-        Other final tasks stay on disk, found through ``archive`` when asked for."""
-        self.to_wall = wall_now - now
-        unfinished = 0
-        for r in rows:
-            if r["final"] is not None and not r.get("dead"):
-                continue  # finished: the journal keeps it
-            task = self._revive(r)
-            _slim(task)
-            task.order = next(self._order)
-            task.submitted = min(now, task.submitted)
-            if task.final is not None:
-                self.dlq[task.id] = task  # a dead letter: kept for dlq list/show/retry
-                continue
-            if task.key is not None:
-                self.by_key[task.key] = task.id
-            unfinished += 1
-            self.tasks[task.id] = task
-            if task.timeout is not None:
-                task.deadline = task.submitted + task.timeout
-                self._timer(task.deadline, task, "deadline")
-            if task.state == QUEUED:
-                self._enqueue(task, now)
-                continue
-            # Assigned before the restart: perhaps still running on its forager.
-            ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",
-                         state="offline")
-            att = Attempt(f"{task.id}.{task.attempt}", task, ghost, task.attempt, now + grace)
-            task.current = att
-            self.attempts[att.id] = att
-            self.held[att.id] = att
-        self.dirty = True
-        return unfinished
-
-    def adopt(self, node: Node, refs: list[Any], now: float) -> int:
-        """A forager's hello lists what it runs: take back the held attempts it names."""
-        n = 0
-        for ref in refs:
-            att = self.held.get(ref) if isinstance(ref, str) else None
-            if att is None or att.node.name != node.name or len(node.in_flight) >= node.slots:
-                continue
-            del self.held[ref]
-            att.node = node
-            att.lease = now + self.assign_timeout
-            self._lease_due = min(self._lease_due, att.lease)
-            node.in_flight[ref] = att
-            n += 1
-        return n
 
     def tick(self, now: float) -> None:
         """Expire leases, enforce deadlines and the wait for a capable forager."""
@@ -708,7 +509,7 @@ class Scheduler:
                     if att.lease <= now:
                         if att.live and att.task.current is att:
                             self._reissue(att.task, now, f"assign timeout on {node.name}",
-                                          cause=C_TIMEOUT)
+                                          cause=Code.ASSIGN_TIMEOUT)
                         else:
                             node.in_flight.pop(att.id, None)
                             self.dirty = True
@@ -735,14 +536,14 @@ class Scheduler:
             if what == "deadline":
                 if task.state == QUEUED and task.attempt == 0 and not self._anyone_serves(task):
                     # It never ran: what ended it is that nobody could run it.
-                    self._fail(task, now, E_NO_FORAGER,
+                    self._fail(task, now, Code.NO_FORAGER,
                                f"{self._nobody(task)} joined before the task's timeout of "
-                               f"{task.timeout:g} s ended the wait", cause=C_NO_FORAGER)
+                               f"{task.timeout:g} s ended the wait", cause=Code.NO_FORAGER)
                 else:
-                    self._fail(task, now, E_DEADLINE,
+                    self._fail(task, now, Code.DEADLINE_EXCEEDED,
                                f"the task ran past its timeout of {task.timeout:g} s")
             elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
-                self._fail(task, now, E_NO_FORAGER,
+                self._fail(task, now, Code.NO_FORAGER,
                            f"{self._nobody(task)} joined within {task.wait:g} s")
         self._compact_timers()
         if self._queue_stale:
@@ -768,133 +569,6 @@ class Scheduler:
                 continue
             return True
         return False
-
-    # -- assignment -----------------------------------------------------------------------
-
-    def _pick(self, task: Task) -> Node | None:
-        best: Node | None = None
-        best_load = 2.0
-        by_name = self.registry.by_name
-        names = self.registry.by_tool.get(task.capability, ())
-        if task.to is not None:
-            names = (task.to,) if task.to in names else ()
-        breakers = self.forager_breakers
-        for name in names:
-            node = by_name[name]
-            if node.state != ACTIVE or (task.avoid and node.identity in task.avoid):
-                continue
-            fb = breakers.get(name)
-            if fb is not None and not fb.allow(self._now):
-                continue  # its circuit is open: it keeps failing
-            busy = len(node.in_flight)
-            if busy >= node.slots:
-                continue
-            if task.labels and any(node.labels.get(k) != v for k, v in task.labels.items()):
-                continue
-            load = busy / node.slots
-            if load < best_load:
-                best, best_load = node, load
-                if busy == 0:
-                    break
-        return best
-
-    def _has_capacity(self, capability: str) -> bool:
-        by_name = self.registry.by_name
-        return any(by_name[n].free > 0 for n in self.registry.by_tool.get(capability, ()))
-
-    def _all_rejected(self, task: Task) -> bool:
-        names = self.registry.by_tool.get(task.capability, set())
-        if task.to is not None:
-            names = {task.to} & names
-        by_name = self.registry.by_name
-        rejected = task.rejected
-        return bool(names) and rejected is not None and all(
-            by_name[n].identity in rejected for n in names)
-
-    def dispatch(self, now: float, scan_limit: int = 256) -> int:
-        """Assign queued tasks to free capable foragers. Returns how many were assigned."""
-        self.dirty = False
-        assigned = 0
-        self._now = now
-        for cap, heap in list(self.queues.items()):
-            cb = self.cap_breakers.get(cap)
-            if cb is not None and not cb.allow(now):
-                continue  # this capability keeps failing everywhere: hold its tasks
-            skipped: list[tuple[int, int, str]] = []
-            while heap and len(skipped) < scan_limit and self._has_capacity(cap):
-                entry = heapq.heappop(heap)
-                task = self.tasks.get(entry[2])
-                if task is None or task.state != QUEUED or task.order != entry[1]:
-                    continue
-                node = self._pick(task)
-                if node is None:
-                    if self._all_rejected(task):
-                        reasons = task.reasons or []
-                        self._fail(task, now, E_REJECTED, "rejected by every capable forager: "
-                                   + "; ".join(reasons), reasons=reasons, cause=C_REJECTED)
-                    else:
-                        skipped.append(entry)
-                    continue
-                self.queued -= 1
-                self._assign(task, node, now)
-                assigned += 1
-            for entry in skipped:
-                heapq.heappush(heap, entry)
-            if not heap:
-                del self.queues[cap]
-                self._queue_stale.pop(cap, None)
-        return assigned
-
-    def _assign(self, task: Task, node: Node, now: float) -> None:
-        for b in (self.forager_breakers.get(node.name), self.cap_breakers.get(task.capability)):
-            if b is not None:
-                b.started()  # in half-open, this assignment is the trial
-        self._untimer(task, "wait")  # it left the queue: no longer waiting for a forager
-        task.attempt += 1
-        att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
-                      now + self.assign_timeout)
-        task.current = att
-        node.in_flight[att.id] = att
-        if att.lease < self._lease_due:
-            self._lease_due = att.lease
-        self.attempts[att.id] = att
-        self._move(task, ASSIGNED, now, node.name)
-        self.out.append(("assign", node, att))
-
-    # -- dead letters ---------------------------------------------------------------------
-
-    def dlq_retry(self, task_id: str, client: bytes, client_name: str, now: float) -> Task:
-        """Submit a dead letter's work again as a new task (for ``client``)."""
-        old = self.dlq.pop(task_id)
-        old.dead = False
-        if self.track_changes:
-            self.changed[old.id] = old
-        n = 1
-        while self._known(f"{old.id}.r{n}"):
-            n += 1
-        payload = old.payload
-        # The same work and options, its own retry policy included; not its idempotency
-        # key (the key's answer stays the original's failure).
-        new = Task(id=f"{old.id}.r{n}", capability=old.capability, payload=payload,
-                   client=client, client_name=client_name, priority=old.priority,
-                   timeout=old.timeout, to=old.to, labels=dict(old.labels),
-                   max_attempts=old.max_attempts, wait=old.wait,
-                   retry_base=old.retry_base, retry_cap=old.retry_cap)
-        return self.submit(new, now)
-
-    def dlq_purge(self, task_id: str) -> None:
-        task = self.dlq.pop(task_id)
-        task.dead = False
-        if self.track_changes:
-            self.changed[task.id] = task
-
-    def breakers(self) -> dict[str, dict[str, str]]:
-        """Circuits that are not closed, for status."""
-        return {"foragers": {k: b.state for k, b in self.forager_breakers.items()
-                             if b.state != "closed"},
-                "capabilities": {k: b.state for k, b in self.cap_breakers.items()
-                                 if b.state != "closed"}}
-
     # -- queries --------------------------------------------------------------------------
 
     def depths(self) -> dict[str, int]:
@@ -904,36 +578,3 @@ class Scheduler:
                 depth[t.capability] = depth.get(t.capability, 0) + 1
         return depth
 
-    def find(self, task_id: str) -> Task | None:
-        """A task in memory, else a final one from the archive (a transient copy: it is
-        not kept, and changing it changes nothing)."""
-        task = self.tasks.get(task_id) or self.done.get(task_id) or self.dlq.get(task_id)
-        if task is not None or self.archive is None:
-            return task
-        r = self.archive.find(task_id, events=True)
-        if r is None or r["final"] is None:
-            return None
-        task = self._revive(r)
-        task.history = [(e["ts"] - self.to_wall, e["state"], e["why"]) for e in r["events"]]
-        task.logged = len(task.history)
-        return task
-
-    def find_key(self, key: str) -> str | None:
-        """The id of the task submitted with idempotency key ``key``, if any is known."""
-        task_id = self.by_key.get(key)
-        if task_id is not None or self.archive is None:
-            return task_id
-        r = self.archive.find_key(key)
-        return r["id"] if r is not None else None
-
-    def known(self, task_id: str) -> Task | None:
-        """The task with this id if it exists anywhere (memory or archive), else None;
-        a new id costs one primary-key probe of the archive."""
-        task = self.tasks.get(task_id) or self.done.get(task_id) or self.dlq.get(task_id)
-        if task is None and self.archive is not None and self.archive.has(task_id):
-            task = self.find(task_id)
-        return task
-
-    def _known(self, task_id: str) -> bool:
-        return task_id in self.tasks or task_id in self.done or task_id in self.dlq or (
-            self.archive is not None and self.archive.has(task_id))

@@ -2,7 +2,8 @@
 
 Each scenario runs the colony (queen and foragers as processes, or threads for inproc)
 and the raw pyzmq floor (broker and worker, same placement), then reports both figures
-and their ratio. Used by ``meshant bench`` and ``benchmarks/roundtrip.py``.
+and their ratio. Used by ``meshant bench`` and ``benchmarks/roundtrip.py``. The
+topologies themselves are :mod:`meshant.edges.bench_topologies`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import zmq
 
 from meshant.actors.client import Client
 from meshant.edges import _procs
+from meshant.edges.bench_topologies import MeshTopology, RawTopology
 from meshant.edges.stats import summary
 
 
@@ -70,182 +72,6 @@ def machine() -> dict[str, Any]:
             "implementation": platform.python_implementation(),
             "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
             "msgpack": ".".join(map(str, msgpack.version)), "platform": platform.platform()}
-
-
-# -- topologies ----------------------------------------------------------------------------
-
-class _Endpoints:
-    def __init__(self, transport: str) -> None:
-        self.transport = transport
-        self._tmp = tempfile.mkdtemp(prefix="meshant-bench-") if transport == "ipc" else None
-        self._n = 0
-
-    def next(self) -> str:
-        self._n += 1
-        if self.transport == "tcp":
-            return "tcp://127.0.0.1:0"
-        if self.transport == "ipc":
-            return f"ipc://{self._tmp}/ep{self._n}"
-        return f"inproc://meshant-bench-{os.getpid()}-{id(self)}-{self._n}"
-
-    def close(self) -> None:
-        if self._tmp:
-            for f in os.listdir(self._tmp):
-                os.unlink(os.path.join(self._tmp, f))
-            os.rmdir(self._tmp)
-
-
-class MeshTopology:
-    """A queen and ``n`` echo foragers; processes for tcp/ipc, threads for inproc."""
-
-    def __init__(self, transport: str, foragers: int = 1, slots: int = 1,
-                 journal: str | None = None) -> None:
-        """``foragers=0``: just the queen; ``journal``: the queen journals to that file."""
-        self.transport = transport
-        self.eps = _Endpoints(transport)
-        self.procs: list[subprocess.Popen[str]] = []
-        self.inproc: list[Any] = []
-        self.ctx: zmq.Context[Any] | None = None
-        if transport == "inproc":
-            from meshant.actors.forager import Forager
-            from meshant.actors.queen import Queen
-            from meshant.edges.builtin import add_builtins
-
-            self.ctx = zmq.Context()
-            q = Queen(self.eps.next(), self.eps.next(), context=self.ctx).start()
-            self.inproc.append(q)
-            self.endpoint = q.endpoint
-            for _ in range(foragers):
-                f = Forager(self.endpoint, slots=slots, context=self.ctx)
-                add_builtins(f, ["echo"])
-                self.inproc.append(f.start())
-        else:
-            q = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
-                              "--json", "--journal", journal or ":memory:"])
-            self.procs.append(q)
-            self.endpoint = _procs.read_json_line(q, 20)["router"]
-            fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
-                                "--json"]) for _ in range(foragers)]
-            self.procs.extend(fs)
-            for f in fs:
-                _procs.read_json_line(f, 20)
-
-    def client(self, threaded: bool = False) -> Client:
-        return Client(self.endpoint, context=self.ctx, timeout=10, threaded=threaded)
-
-    def close(self) -> None:
-        for obj in reversed(self.inproc):
-            obj.stop()
-        _procs.stop(self.procs)
-        if self.ctx is not None:
-            self.ctx.destroy(linger=0)
-        self.eps.close()
-
-
-class RawTopology:
-    """The floor: a forwarding broker and ``n`` echo workers in raw pyzmq."""
-
-    def __init__(self, transport: str, workers: int = 1) -> None:
-        from meshant.edges import _rawzmq
-
-        self.eps = _Endpoints(transport)
-        self.procs: list[subprocess.Popen[str]] = []
-        self.threads: list[threading.Thread] = []
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        env = {"PYTHONUNBUFFERED": "1"}
-        if transport == "inproc":
-            front, back = self.eps.next(), self.eps.next()
-            self._stop = threading.Event()
-            # Per instance: set by this topology's broker once it is bound (_bound) and has
-            # heard READY from all its workers (_ready), so timing starts with every worker in.
-            self._bound = threading.Event()
-            self._ready = threading.Event()
-            t = threading.Thread(target=self._broker_thread, args=(front, back, workers),
-                                 daemon=True)
-            t.start()
-            self.threads.append(t)
-            if not self._bound.wait(10):
-                raise RuntimeError("the raw broker did not bind within 10 s")
-            for _ in range(workers):
-                w = threading.Thread(target=self._worker_thread, args=(back,), daemon=True)
-                w.start()
-                self.threads.append(w)
-            if not self._ready.wait(10):
-                raise RuntimeError("the raw workers did not register within 10 s")
-            self.endpoint = front
-            return
-        b = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "broker",
-                              self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-        self.procs.append(b)
-        info = _procs.read_json_line(b, 20)
-        self.endpoint = info["front"]
-        for _ in range(workers):
-            w = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "worker",
-                                  info["back"]], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-            self.procs.append(w)
-            _procs.read_json_line(w, 20)
-        _ = _rawzmq
-
-    def _broker_thread(self, front_ep: str, back_ep: str, expected: int) -> None:
-        front = self.ctx.socket(zmq.ROUTER)
-        back = self.ctx.socket(zmq.ROUTER)
-        front.bind(front_ep)
-        back.bind(back_ep)
-        self._bound.set()
-        if expected == 0:
-            self._ready.set()
-        poller = zmq.Poller()
-        poller.register(front, zmq.POLLIN)
-        poller.register(back, zmq.POLLIN)
-        workers: list[bytes] = []
-        rr = 0
-        try:
-            while not self._stop.is_set():
-                events = dict(poller.poll(100))
-                if back in events:
-                    fr = back.recv_multipart()
-                    if fr[1] == b"READY":
-                        workers.append(fr[0])
-                        if len(workers) == expected:
-                            self._ready.set()
-                    else:
-                        front.send_multipart(fr[1:])
-                if front in events and workers:
-                    fr = front.recv_multipart()
-                    rr = (rr + 1) % len(workers)
-                    back.send_multipart([workers[rr], *fr])
-        finally:
-            front.close(0)
-            back.close(0)
-
-    def _worker_thread(self, back_ep: str) -> None:
-        s = self.ctx.socket(zmq.DEALER)
-        s.connect(back_ep)
-        s.send(b"READY")
-        try:
-            while not self._stop.is_set():
-                if s.poll(100):
-                    fr = s.recv_multipart()
-                    s.send_multipart([fr[0], msgpack.packb(msgpack.unpackb(fr[1]))])
-        finally:
-            s.close(0)
-
-    def client(self) -> zmq.Socket[Any]:
-        s = self.ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.connect(self.endpoint)
-        return s
-
-    def close(self) -> None:
-        if self.threads:
-            self._stop.set()
-            for t in self.threads:
-                t.join(5)
-        _procs.stop(self.procs)
-        self.ctx.destroy(linger=0)
-        self.eps.close()
 
 
 # -- measurements --------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from meshant.actors.forager import Forager, TaskContext
+from meshant.actors.forager import Forager
+from meshant.actors.handlers import TaskContext
 
 
 class DemoError(Exception):

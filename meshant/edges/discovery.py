@@ -29,6 +29,7 @@ from zeroconf import (
 
 from meshant.errors import MeshantError, QueenUnreachable
 from meshant.protocol.binary import SUPPORTED_VERSIONS
+from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.discovery")
 
@@ -259,7 +260,7 @@ def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
     if colony is None and len(colonies) > 1:
         listing = ", ".join(f"{q.colony} ({q.router})" for q in queens)
         raise MeshantError(f"several colonies found: {listing}; choose one with --colony",
-                           code="ambiguous")
+                           code=Code.AMBIGUOUS)
     return max(queens, key=lambda q: (q.heard, q.instance))
 
 

@@ -2,6 +2,7 @@
 
 from meshant.protocol import binary, legacy
 from meshant.protocol.codec import BINARY, JSON, decode_any, encode_for
+from meshant.protocol.codes import Code
 from meshant.protocol.errors import ProtocolError
 from meshant.protocol.kinds import (
     BY_CODE,
@@ -12,7 +13,15 @@ from meshant.protocol.kinds import (
     kind_by_name,
     validate_body,
 )
-from meshant.protocol.message import BLOB_MIN, Blob, IdMaker, Message, new_id
+from meshant.protocol.message import (
+    BLOB_MIN,
+    Blob,
+    IdMaker,
+    Message,
+    new_id,
+    unwrap_blob,
+    wrap_blob,
+)
 from meshant.protocol.negotiation import QueenTerms, Refusal, Welcome, negotiate, valid_name
 
 __all__ = [
@@ -24,6 +33,7 @@ __all__ = [
     "KINDS",
     "NOTE_MAX",
     "Blob",
+    "Code",
     "IdMaker",
     "Kind",
     "Message",
@@ -38,6 +48,8 @@ __all__ = [
     "legacy",
     "negotiate",
     "new_id",
+    "unwrap_blob",
     "valid_name",
     "validate_body",
+    "wrap_blob",
 ]

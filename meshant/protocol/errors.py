@@ -1,20 +1,24 @@
-"""The one exception the protocol layer raises, and its stable codes."""
+"""The one exception the protocol layer raises, and its stable codes (members of
+:class:`meshant.protocol.codes.Code`, re-exported here under their old names)."""
 
 from __future__ import annotations
 
+from meshant.errors import MeshantError
+from meshant.protocol.codes import Code
+
 # Stable machine-readable codes. Peers match on these strings, so they never change meaning.
-BAD_MAGIC = "bad-magic"
-TRUNCATED = "truncated"
-BAD_VERSION = "bad-version"
-UNKNOWN_KIND = "unknown-kind"
-BAD_MSGPACK = "bad-msgpack"
-BAD_JSON = "bad-json"
-BAD_TYPE = "bad-type"
-MISSING_FIELD = "missing-field"
-TOO_LARGE = "too-large"
-TOO_MANY_FRAMES = "too-many-frames"
-BAD_BLOB = "bad-blob"
-BAD_VALUE = "bad-value"
+BAD_MAGIC = Code.BAD_MAGIC
+TRUNCATED = Code.TRUNCATED
+BAD_VERSION = Code.BAD_VERSION
+UNKNOWN_KIND = Code.UNKNOWN_KIND
+BAD_MSGPACK = Code.BAD_MSGPACK
+BAD_JSON = Code.BAD_JSON
+BAD_TYPE = Code.BAD_TYPE
+MISSING_FIELD = Code.MISSING_FIELD
+TOO_LARGE = Code.TOO_LARGE
+TOO_MANY_FRAMES = Code.TOO_MANY_FRAMES
+BAD_BLOB = Code.BAD_BLOB
+BAD_VALUE = Code.BAD_VALUE
 
 CODES = frozenset(
     {
@@ -34,16 +38,15 @@ CODES = frozenset(
 )
 
 
-class ProtocolError(Exception):
-    """Raised for anything malformed on the wire.
+class ProtocolError(MeshantError):
+    """Raised for anything malformed on the wire: fix the input.
 
     ``code`` is one of the stable strings in this module; ``message`` is a sentence for people.
     Decoders raise nothing else, whatever bytes they are given.
     """
 
-    __slots__ = ("code", "message")
+    code = Code.ERROR
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(message, code=code)
+        self.args = (f"{code}: {message}",)  # str() and repr() show "code: message"

@@ -44,6 +44,18 @@ class Blob:
         return f"Blob({len(self)} bytes)"
 
 
+def wrap_blob(value: Any) -> Any:
+    """A value as sent (a payload or a result): bytes of ``BLOB_MIN`` or more travel as a
+    :class:`Blob`, their own raw frame; anything else as it is."""
+    return Blob(value) if isinstance(value, bytes | bytearray | memoryview) and (
+        len(value) >= BLOB_MIN) else value
+
+
+def unwrap_blob(value: Any) -> Any:
+    """A value as received: a :class:`Blob`'s bytes, anything else as it is."""
+    return value.data if isinstance(value, Blob) else value
+
+
 class IdMaker:
     """Unique message ids without coordination: a random per-process prefix and a counter."""
 

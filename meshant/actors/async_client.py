@@ -1,0 +1,53 @@
+"""The asyncio face of the client: :class:`AsyncClient` runs a threaded
+:class:`~meshant.actors.client.Client` and awaits its futures."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from meshant.actors.client import Client
+from meshant.errors import MeshantError
+from meshant.protocol.codes import Code
+
+
+class AsyncClient:
+    """asyncio face of :class:`Client`: ``await client.submit(...)`` returns the result."""
+
+    def __init__(self, queen: str | None = None, **kw: Any) -> None:
+        self._kw = kw
+        self._queen = queen
+        self.client: Client | None = None
+
+    async def connect(self) -> AsyncClient:
+        self.client = await asyncio.to_thread(Client, self._queen, **self._kw)
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await asyncio.to_thread(self.client.close)
+
+    def _c(self) -> Client:
+        if self.client is None:
+            raise MeshantError("call 'await connect()' first", code=Code.CLOSED)
+        return self.client
+
+    async def submit(self, capability: str, payload: Any = None, **kw: Any) -> Any:
+        """Submit and await the result."""
+        return await asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+
+    def submit_nowait(self, capability: str, payload: Any = None, **kw: Any) -> asyncio.Future[Any]:
+        """Submit and return an asyncio future at once."""
+        return asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+
+    async def status(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self._c().status)
+
+
+__all__ = ["AsyncClient"]

@@ -1,0 +1,79 @@
+"""What a client hands back for a submitted task: a :class:`TaskFuture` (its result, or
+its error) and the :class:`Update` stream of its progress reports and partial results."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A progress report or a partial result of a running task, in the order sent."""
+
+    kind: str  # "progress", "partial", or "callback-error" (your on_progress raised)
+    seq: int
+    fraction: float | None = None
+    note: str | None = None
+    value: Any = None
+
+
+class TaskFuture(Future):  # type: ignore[type-arg]
+    """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
+
+    def __init__(self, task_id: str, frames: list[bytes] | None = None,
+                 pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self.acknowledged = False
+        self.last_seq = 0
+        # The submission as sent, kept until the task ends: re-sent with the same id
+        # after a reconnect, so nothing the caller submitted is lost with a connection.
+        self._frames = frames
+        self._size = sum(len(f) for f in frames) if frames else 0
+        self._submitted = 0.0
+        self._refusals = 0
+        self._pump = pump
+        self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._pump is not None and not self.done():
+            # A direct client: this thread reads the socket until the result is here.
+            self._pump(self.done, timeout)
+            timeout = 0
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._pump is not None and not self.done():
+            self._pump(self.done, timeout)
+            timeout = 0
+        return super().exception(timeout)
+
+    def updates(self, timeout: float | None = None) -> Iterator[Update]:
+        """Yield progress reports and partial results until the task ends.
+
+        ``timeout`` bounds the wait for each update; TimeoutError when it passes.
+        """
+        while True:
+            if self._pump is not None and self._updates.empty():
+                self._pump(lambda: not self._updates.empty(), timeout)
+            try:
+                u = self._updates.get(timeout=timeout if self._pump is None else 0)
+            except queue.Empty:
+                raise TimeoutError(f"no update for task {self.task_id} within {timeout} s")
+            if u is None:
+                return
+            yield u
+
+
+def fail(fut: Future[Any], err: BaseException) -> None:
+    """Fail ``fut`` with ``err``, unless it already has its outcome (a result, an error, or
+    a cancel by the caller): the first outcome stands."""
+    if not fut.done():
+        fut.set_exception(err)
+
+
+__all__ = ["TaskFuture", "Update", "fail"]

@@ -1,0 +1,122 @@
+"""The task model: a task, its attempts, and the lifecycle every task goes through.
+
+A task's state changes only along ``TRANSITIONS`` (the scheduler checks each change
+against it); ``FINAL`` states never change again. Why a task failed is a
+:class:`meshant.protocol.codes.Code` (its error's ``code``, and ``cause``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from meshant.core.registry import Node
+
+
+QUEUED = "queued"
+ASSIGNED = "assigned"
+ACCEPTED = "accepted"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({ASSIGNED, FAILED, CANCELLED}),
+    ASSIGNED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
+    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED}),
+    COMPLETED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+# Tasks without labels share this one (never mutated): an empty dict per task is 64 bytes.
+_NO_LABELS: dict[str, Any] = {}
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    """One task. 100,000 may sit in a queue, so what most tasks never use stays ``None``
+    (``avoid``, ``rejected``, ``reasons``, the watchers) until first needed."""
+
+    id: str
+    capability: str
+    payload: Any = None
+    client: bytes = b""
+    client_name: str = ""
+    priority: int = 50
+    timeout: float | None = None
+    to: str | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    wait: float = 30.0
+    state: str = QUEUED
+    attempt: int = 0
+    tries: int = 0
+    seq: int = 0
+    order: int = 0
+    submitted: float = 0.0
+    deadline: float | None = None
+    current: Attempt | None = None
+    avoid: set[bytes] | None = None  # connections not to assign it to again
+    rejected: set[bytes] | None = None  # connections that rejected it
+    reasons: list[str] | None = None  # why its attempts failed, oldest first
+    history: list[tuple[float, str, str]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    # Ids of this task's pending timers (0: none): a timer whose id no longer matches is
+    # stale, and the scheduler drops stale timers as soon as they are most of the heap.
+    waiting: int = 0  # waiting for a forager offering its capability
+    deadline_timer: int = 0
+    retry_timer: int = 0  # in a retry backoff (queued, but not in its queue's heap)
+    logged: int = 0  # history entries already journaled
+    restored: bool = False
+    key: str | None = None  # idempotency key
+    dead: bool = False  # in the dead-letter queue
+    retry_base: float | None = None  # this task's backoff, else the queen's
+    retry_cap: float | None = None
+    _watchers: list[tuple[bytes, str, str]] | None = None
+
+    @property
+    def watchers(self) -> list[tuple[bytes, str, str]]:
+        """Later submissions with this task's idempotency key: (identity, name, alias)."""
+        if self._watchers is None:
+            self._watchers = []
+        return self._watchers
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def add_reason(self, why: str) -> list[str]:
+        if self.reasons is None:
+            self.reasons = []
+        self.reasons.append(why)
+        return self.reasons
+
+    def add_avoid(self, identity: bytes) -> None:
+        if self.avoid is None:
+            self.avoid = set()
+        self.avoid.add(identity)
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    id: str
+    task: Task
+    node: Node
+    number: int
+    lease: float
+    live: bool = True
+
+
+def slim(task: Task) -> None:
+    """Share what many tasks repeat: one capability string, no empty dict each."""
+    task.capability = sys.intern(task.capability)
+    if task.client_name:
+        task.client_name = sys.intern(task.client_name)
+    if task.to is not None:
+        task.to = sys.intern(task.to)
+    if not task.labels:
+        task.labels = _NO_LABELS
