@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from meshant.errors import MeshantError
+from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant")
 
@@ -53,13 +54,13 @@ class QueenFinder:
         if self._queen_key is None:
             if advertised is None:
                 raise MeshantError(f"the queen at {rec.router} advertises no CURVE key, but "
-                                   "this peer has one: give --queen-key", code="bad-key")
+                                   "this peer has one: give --queen-key", code=Code.BAD_KEY)
             self._queen_key = advertised  # trust on first use, from the TXT record
         elif advertised != self._queen_key:
             raise MeshantError(
                 f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
                 f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
-                "(a rogue or reconfigured queen)", code="wrong-queen-key")
+                "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)
 
     def _follow_queen(self) -> None:
         """(I/O thread) A discovering peer follows its queen to a new address."""

@@ -40,6 +40,7 @@ from meshant.core import session as ses
 from meshant.core.session import PeerSession
 from meshant.edges.security import client_socket, load_public, load_secret
 from meshant.errors import MeshantError, QueenUnreachable, Refused
+from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
 log = logging.getLogger("meshant")
@@ -298,7 +299,7 @@ class Peer(QueenFinder):
     def _io_died(self, e: BaseException) -> None:
         """The I/O thread is gone: remember why, so callers are told instead of waiting."""
         self._died = MeshantError(f"the {self.role}'s I/O thread failed: "
-                                  f"{type(e).__name__}: {e}", code="io-failed")
+                                  f"{type(e).__name__}: {e}", code=Code.IO_FAILED)
 
     def _teardown(self) -> None:
         """Say goodbye, close the sockets, the waker and discovery (in the owning thread)."""
@@ -337,7 +338,7 @@ class Peer(QueenFinder):
         for f in frames:
             if len(f) > limit:
                 raise p.ProtocolError(
-                    p.errors.TOO_LARGE, f"the {msg.kind} message is {_size(frames)}, over the "
+                    Code.TOO_LARGE, f"the {msg.kind} message is {_size(frames)}, over the "
                     f"queen's limit of {_size_n(limit)} (its --max-message)")
         return frames
 
@@ -517,13 +518,13 @@ class Peer(QueenFinder):
     def _on_error(self, msg: p.Message) -> None:
         b = msg.b
         code = b["code"]
-        if code == "not-registered":
+        if code == Code.NOT_REGISTERED:
             # The queen does not know us (it restarted, or forgot an idle client):
             # introduce ourselves again, then resend what was refused.
             self._refused_unregistered(msg.ref)
         now = time.monotonic()
         if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now):
-            if code == "name-taken" and not self._sess.out:
+            if code == Code.NAME_TAKEN and not self._sess.out:
                 log.info("%s: name still held; asking again in %s s", self.name,
                          b.get("retry_after"))
             self._act(now)

@@ -156,7 +156,7 @@ class Client(Peer):
             wait = self._next_wakeup() - now
             if deadline is not None:
                 wait = min(wait, deadline - now)
-            self._turn(dict(poll(max(0.0, wait) * 1000)))
+            self._turn(dict(poll(int(max(0.0, wait) * 1000))))
 
     def _close_direct(self) -> None:
         if not self._stopped.is_set():

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from meshant import protocol as p
 from meshant.core.memory import RESYNC, MemoryReplica, check_key
 from meshant.errors import MeshantError
+from meshant.protocol.codes import Code
 from meshant.protocol.topics import MEM_TOPIC
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Memory:
                     return
         except TimeoutError:
             pass
-        raise MeshantError(f"timed out after {timeout:g} s waiting for {what}", code="timeout")
+        raise MeshantError(f"timed out after {timeout:g} s waiting for {what}", code=Code.TIMEOUT)
 
     # -- called in the I/O thread ---------------------------------------------------------
 

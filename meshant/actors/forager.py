@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 import zmq
 
@@ -27,6 +27,9 @@ from meshant.actors.handlers import Handler, TaskContext, error_body, positional
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # A task that finishes within this long sends only its result, which implies acceptance:
 # one message fewer per short task. Longer tasks send task.accept once it has passed.
@@ -94,7 +97,7 @@ class Forager(Peer):
     # -- registering handlers -------------------------------------------------------------
 
     def task(self, capability: str, *, batch: int | None = None,
-             inline: bool = False) -> Callable[[Any], Any]:
+             inline: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
         The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``: a parameter
@@ -104,7 +107,7 @@ class Forager(Peer):
         the I/O thread itself, saving two thread hand-offs per task: only for handlers
         that take microseconds and never block.
         """
-        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def deco(fn: Callable[P, R]) -> Callable[P, R]:
             self.add_handler(capability, fn, batch=batch, inline=inline)
             return fn
         return deco
@@ -120,11 +123,11 @@ class Forager(Peer):
             raise ValueError("inline handlers are plain functions without batch")
         self.handlers[capability] = Handler.of(fn, batch, inline)
 
-    def on(self, prefix: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
         ``fn(topic, data, message)``) in a worker thread for each broadcast whose topic
         starts with ``prefix``."""
-        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def deco(fn: Callable[P, R]) -> Callable[P, R]:
             three = positional_args(fn, 3) == 3
 
             def deliver(topic: str, data: Any, msg: p.Message) -> None:
@@ -137,14 +140,14 @@ class Forager(Peer):
             return fn
         return deco
 
-    def on_message(self, fn: Callable[[p.Message], Any]) -> Callable[[p.Message], Any]:
+    def on_message(self, fn: Callable[[p.Message], R]) -> Callable[[p.Message], R]:
         """Decorator: called (in the I/O thread, keep it short) for directed messages/notes."""
         self._message_callbacks.append(fn)
         return fn
 
     # -- running --------------------------------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> Forager:
+    def start(self, timeout: float | None = 10.0) -> Forager:
         """Run in a background thread; returns once the queen welcomed this forager."""
         if not self.handlers:
             raise RuntimeError("no handlers: register one with @forager.task(capability)")
@@ -200,8 +203,8 @@ class Forager(Peer):
                     break
         finally:
             self.stop()
-            for sig, old in restore.items():
-                signal.signal(sig, old)
+            for signum, old in restore.items():
+                signal.signal(signum, old)
 
     async def run_async(self) -> None:
         """Serve from asyncio: ``await forager.run_async()``; cancel the awaiting task to stop."""
@@ -222,8 +225,9 @@ class Forager(Peer):
         body = super()._hello_body()
         # Tasks still running, and finished ones whose results wait to be sent: a queen
         # that knows them adopts them instead of running them again.
-        running = list(self.running) + [m.ref for m in list(self._outbox)
-                                        if m.kind == "task.result" and m.ref]
+        running = list(self.running) + [
+            m.ref for m in list(self._outbox)
+            if isinstance(m, p.Message) and m.kind == "task.result" and m.ref]
         body.update(slots=self.slots, tools=self.tools, labels=self.labels, running=running)
         return body
 
@@ -260,7 +264,8 @@ class Forager(Peer):
         # goes out every interval even when other messages keep the socket busy.
         return bool(self.running)
 
-    def _flush(self, outbox: deque[p.Message]) -> None:
+    def _flush(self, queued: deque[p.Message | list[bytes]]) -> None:
+        outbox = cast("deque[p.Message]", queued)  # a forager queues messages, never frames
         accepts = self._accepts
         if accepts:
             # Anything sent about a task implies it was accepted.

@@ -26,8 +26,9 @@ class Backoff:
     def ceiling(self, retry: int, base: float | None = None, cap: float | None = None) -> float:
         """The longest wait before retry number ``retry`` (0 for the first retry).
         ``base`` and ``cap`` override this policy's (a task's own retry policy)."""
-        return min(self.cap if cap is None else cap,
-                   (self.base if base is None else base) * 2 ** retry)
+        ceiling: float = min(self.cap if cap is None else cap,
+                             (self.base if base is None else base) * 2 ** retry)
+        return ceiling
 
     def delay(self, retry: int, base: float | None = None, cap: float | None = None) -> float:
         """A random wait in ``[0, ceiling(retry, base, cap)]`` (full jitter)."""

@@ -15,6 +15,7 @@ from meshant.core.queen_state import (
 )
 from meshant.core.registry import ACTIVE, DRAINING, Node
 from meshant.protocol.codec import JSON
+from meshant.protocol.codes import Code
 
 
 class PeerHandlers(QueenState):
@@ -110,7 +111,7 @@ class PeerHandlers(QueenState):
         body = msg.b
         name = msg.frm
         if not p.valid_name(name):
-            self._error_to(identity, JSON, "bad-name", f"name {name!r} is not allowed", msg.id)
+            self._error_to(identity, JSON, Code.BAD_NAME, f"name {name!r} is not allowed", msg.id)
             return
         if self.registry.name_taken(name, identity, now):
             self._error_to(identity, JSON, NAME_TAKEN,
@@ -125,7 +126,7 @@ class PeerHandlers(QueenState):
         slots = body.get("slots", 1)
         tools = body.get("tools", [])
         if not isinstance(slots, int) or slots < 1 or not all(isinstance(t, str) for t in tools):
-            self._error_to(identity, JSON, "bad-hello",
+            self._error_to(identity, JSON, Code.BAD_HELLO,
                            "hb body needs slots >= 1 and a list of tool names", msg.id)
             return
         new = Node(name=name, identity=identity, role="forager", codec=JSON, slots=slots,

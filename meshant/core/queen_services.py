@@ -15,6 +15,7 @@ from meshant.core.queen_state import (
     QueenState,
 )
 from meshant.core.registry import DRAINING, Node
+from meshant.protocol.codes import Code
 from meshant.protocol.topics import TOPIC_MAX, USER_PREFIX, valid_topic
 
 
@@ -64,7 +65,7 @@ class ServiceHandlers(QueenState):
         size = sum(len(f) for f in frames)
         limit = self.config.max_broadcast
         if size > limit:
-            self._error_to(identity, codec, p.errors.TOO_LARGE,
+            self._error_to(identity, codec, Code.TOO_LARGE,
                            f"the broadcast is {size:,} bytes, over the queen's limit of "
                            f"{limit:,} (--max-broadcast): send large data as a "
                            "task payload or in colony memory", msg.id)
@@ -90,7 +91,7 @@ class ServiceHandlers(QueenState):
             elif op == "delete":
                 update = self.memory.delete(b.get("key"))  # type: ignore[arg-type]
             else:
-                self._error_to(identity, codec, "bad-value",
+                self._error_to(identity, codec, Code.BAD_VALUE,
                                "mem.sync op must be set, delete or snapshot", msg.id)
                 return
         except MemoryError_ as e:
@@ -132,7 +133,7 @@ class ServiceHandlers(QueenState):
                 self.scheduler.dlq_purge(t)
             self._send(node, p.Message("dlq.reply", {"op": op, "tasks": wanted}, ref=msg.id))
             return
-        self._error_to(identity, codec, "bad-value", "dlq op must be list, show, retry or purge",
+        self._error_to(identity, codec, Code.BAD_VALUE, "dlq op must be list, show, retry or purge",
                        msg.id)
 
     def _on_control(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,

@@ -16,6 +16,7 @@ from meshant.core.queen_state import (
 )
 from meshant.core.registry import Node
 from meshant.core.scheduler import DuplicateTask, QueueFull, Task
+from meshant.protocol.codes import Code
 
 
 class TaskHandlers(QueenState):
@@ -64,23 +65,23 @@ class TaskHandlers(QueenState):
         priority = body.get("priority", 50)
         max_attempts = body.get("max_attempts", 3)
         if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
-            self._error_to(identity, codec, "bad-value",
+            self._error_to(identity, codec, Code.BAD_VALUE,
                            "priority must be 0-99 and max_attempts 1-100", msg.id)
             return
         timeout = body.get("timeout")
         wait = body.get("wait", self.config.no_forager_wait)
         if any(not 0 <= body.get(k, 0) <= 3600 for k in ("retry_base", "retry_cap")):
-            self._error_to(identity, codec, "bad-value",
+            self._error_to(identity, codec, Code.BAD_VALUE,
                            "retry_base and retry_cap are seconds between 0 and 3600", msg.id)
             return
         if (timeout is not None and timeout <= 0) or wait < 0:
-            self._error_to(identity, codec, "bad-value", "timeout must be > 0 and wait >= 0",
+            self._error_to(identity, codec, Code.BAD_VALUE, "timeout must be > 0 and wait >= 0",
                            msg.id)
             return
         key = body.get("key")
         if key is not None:
             if not isinstance(key, str) or not 0 < len(key) <= 200:
-                self._error_to(identity, codec, "bad-value",
+                self._error_to(identity, codec, Code.BAD_VALUE,
                                "an idempotency key is a string of 1-200 characters", msg.id)
                 return
             first = self.scheduler.find_key(key)  # in memory, else in the journal
@@ -206,7 +207,7 @@ class TaskHandlers(QueenState):
         for item in msg.b["results"]:
             if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
                 self.counters["protocol_errors"] += 1
-                self._error_to(identity, codec, "bad-type",
+                self._error_to(identity, codec, Code.BAD_TYPE,
                                "each batched result must be a map with a 'ref'", msg.id)
                 continue
             self._result(identity, node, msg, codec, item["ref"], item, now)

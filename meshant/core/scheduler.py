@@ -390,7 +390,8 @@ class Scheduler(Routing, TaskStore):
                 k: v for k, v in body.items() if k not in ("status", "ref", "partial")} or None
             self._finish(task, COMPLETED, now, {"result": result})
         else:
-            err = body.get("error") if isinstance(body.get("error"), dict) else {}
+            raw = body.get("error")
+            err: dict[str, Any] = raw if isinstance(raw, dict) else {}
             etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
             if err.get("code") == Code.TOO_LARGE:
                 # The forager could not send its result: running it again cannot help.

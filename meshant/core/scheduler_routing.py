@@ -5,6 +5,7 @@ a capability, that keeps failing. A part of :class:`meshant.core.scheduler.Sched
 from __future__ import annotations
 
 import heapq
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from meshant.core.policy import Breaker
@@ -70,7 +71,7 @@ class Routing:
         best: Node | None = None
         best_load = 2.0
         by_name = self.registry.by_name
-        names = self.registry.by_tool.get(task.capability, ())
+        names: Collection[str] = self.registry.by_tool.get(task.capability, ())
         if task.to is not None:
             names = (task.to,) if task.to in names else ()
         breakers = self.forager_breakers

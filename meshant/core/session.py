@@ -27,6 +27,7 @@ from typing import Any
 
 from meshant.core.heartbeat import HeartbeatMonitor
 from meshant.core.policy import Backoff
+from meshant.protocol.codes import Code
 
 NAME_WAIT = 60.0  # the longest a restarted peer waits for its old self to be declared offline
 WAIT_SAID_FIRST = 2.0  # when a peer waiting for its queen first says so
@@ -191,7 +192,7 @@ class PeerSession:
     def on_error(self, ref: str | None, code: str, message: str, retry_after: Any,
                  now: float) -> bool:
         """An ``error`` from the queen: True if it was about the session (handled here)."""
-        if code == "not-registered":
+        if code == Code.NOT_REGISTERED:
             if self.state is State.ACTIVE:
                 self._move(State.HELLO)
                 self._attempt = 0
@@ -201,11 +202,11 @@ class PeerSession:
             return True
         if ref is None or ref != self.hello_id or self.state is not State.HELLO:
             return False
-        if code == "rate-limited" and isinstance(retry_after, int | float):
+        if code == Code.RATE_LIMITED and isinstance(retry_after, int | float):
             self._next_hello = now + float(retry_after)
             self.hello_id = ""
             return True
-        if code == "name-taken" and isinstance(retry_after, int | float) and (
+        if code == Code.NAME_TAKEN and isinstance(retry_after, int | float) and (
                 not self._name_retried and retry_after <= NAME_WAIT):
             # The name's holder (perhaps our own previous life) may be dead but not yet
             # declared offline: ask once more when it would be. A live holder still has

@@ -67,15 +67,15 @@ class MeshTopology:
                 add_builtins(f, ["echo"])
                 self.inproc.append(f.start())
         else:
-            q = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
-                              "--json", "--journal", journal or ":memory:"])
-            self.procs.append(q)
-            self.endpoint = _procs.read_json_line(q, 20)["router"]
+            qp = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
+                               "--json", "--journal", journal or ":memory:"])
+            self.procs.append(qp)
+            self.endpoint = _procs.read_json_line(qp, 20)["router"]
             fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
                                 "--json"]) for _ in range(foragers)]
             self.procs.extend(fs)
-            for f in fs:
-                _procs.read_json_line(f, 20)
+            for fp in fs:
+                _procs.read_json_line(fp, 20)
 
     def client(self, threaded: bool = False) -> Client:
         return Client(self.endpoint, context=self.ctx, timeout=10, threaded=threaded)
@@ -128,11 +128,11 @@ class RawTopology:
         info = _procs.read_json_line(b, 20)
         self.endpoint = info["front"]
         for _ in range(workers):
-            w = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "worker",
+            wp = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "worker",
                                   info["back"]], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-            self.procs.append(w)
-            _procs.read_json_line(w, 20)
+            self.procs.append(wp)
+            _procs.read_json_line(wp, 20)
         _ = _rawzmq
 
     def _broker_thread(self, front_ep: str, back_ep: str, expected: int) -> None:
@@ -180,7 +180,7 @@ class RawTopology:
             s.close(0)
 
     def client(self) -> zmq.Socket[Any]:
-        s = self.ctx.socket(zmq.DEALER)
+        s: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.connect(self.endpoint)
         return s
