@@ -230,9 +230,12 @@ def test_a_broadcast_over_the_limit_is_refused_and_pub_memory_is_bounded(
     q = colony.start_queen(max_broadcast=64 * 1024, pub_buffer=16 * 1024 * 1024)
     assert q.pub_hwm == 256  # the byte budget over the largest broadcast
     c = colony.client()
-    c.broadcast("news.big", "b" * 100_000)
+    assert c.welcome["max_broadcast"] == 64 * 1024  # stated in the welcome
+    with pytest.raises(TooLarge) as info:
+        c.broadcast("news.big", "b" * 100_000)
+    assert "100,1" in info.value.message and "65,536" in info.value.message
     c.broadcast("news.small", "fine")
-    # The refusal names the size; the queen goes on serving.
+    # Nothing went out for the big one; the queen goes on serving.
     wait_for(lambda: c.status()["counters"]["broadcasts"] == 1, 5, "the small broadcast")
 
 
@@ -275,3 +278,40 @@ def test_the_welcome_states_the_limit() -> None:
     w = p.negotiate({"role": "client", "versions": [2]}, terms, "c")
     assert isinstance(w, p.Welcome) and w.body(terms)["max_message"] == 12345
     assert msgpack.unpackb(msgpack.packb(w.body(terms)))["max_message"] == 12345
+
+
+def test_an_oversized_result_from_an_iacp_1_1_forager_fails_at_once(
+        colony: Colony, ctx: zmq.Context[Any]) -> None:
+    q = colony.start_queen(max_message=100_000, assign_timeout=60)
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(q.endpoint)
+
+    def send(kind: str, ref: str | None = None, body: dict[str, Any] | None = None) -> None:
+        env = {"v": "1.1", "id": f"m-{kind}", "from": "old", "to": "queen", "kind": kind,
+               "ts": 1, **({"ref": ref} if ref else {}), **({"body": body} if body else {})}
+        raw.send(json.dumps(env).encode())
+
+    send("hb", body={"slots": 1, "tools": ["big"]})  # an IACP 1.1 forager registers so
+    c = colony.client()
+    fut = c.submit("big")
+    assert raw.poll(5000)
+    assign = json.loads(raw.recv())
+    assert assign["kind"] == "task.assign"
+    send("task.result", assign["id"], {"status": "ok", "result": "z" * 120_000})
+    with pytest.raises(MeshantError) as info:
+        fut.result(10)  # at once, not after the lease or the task's timeout
+    assert info.value.code == "too-large" and "100,000" in info.value.message
+    raw.close(0)
+
+
+def test_an_empty_endpoint_is_refused_and_no_forager_names_the_labels(
+        colony: Colony) -> None:
+    with pytest.raises(ConfigError):
+        Client("", timeout=1)
+    colony.start_queen()
+    colony.forager({"echo": lambda x: x})
+    c = colony.client()
+    with pytest.raises(NoForager) as info:
+        c.submit("echo", {}, labels={"gpu": "1"}, timeout=0.5).result(10)
+    assert "gpu='1'" in info.value.message

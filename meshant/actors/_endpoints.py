@@ -18,7 +18,9 @@ def default_name(role: str) -> str:
 
 def resolve_queen(queen: str | None) -> str:
     """The queen endpoint: the argument, else ``$MESHANT_QUEEN``, else the default."""
-    return queen or os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
+    if queen is not None:
+        return queen  # given: checked as it is (an empty one is refused, not defaulted)
+    return os.environ.get("MESHANT_QUEEN") or "tcp://127.0.0.1:5670"
 
 
 _ENDPOINT_RE = re.compile(

@@ -39,7 +39,7 @@ from meshant.actors.colony_memory import Memory
 from meshant.core import session as ses
 from meshant.core.session import PeerSession
 from meshant.edges.security import client_socket, load_public, load_secret
-from meshant.errors import MeshantError, QueenUnreachable, Refused
+from meshant.errors import MeshantError, QueenUnreachable, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
@@ -77,6 +77,7 @@ class Peer(QueenFinder):
         # by the sans-IO session; this class carries out what it says.
         self._sess = PeerSession(curve=self._curve is not None)
         self._died: MeshantError | None = None
+        self._said_waiting = False
         # Proves to the queen that a reconnecting peer is the one that held its name.
         self._session = secrets.token_hex(16)
         self._ctx = context or zmq.Context.instance()
@@ -162,7 +163,18 @@ class Peer(QueenFinder):
         if not valid_topic(topic):
             raise ValueError(f"topic {topic!r} is not allowed: use 1-200 characters of "
                              "A-Z a-z 0-9 . _ : / -")
-        self.send_message(p.Message("broadcast", {"topic": topic, "data": data}, to="queen"))
+        msg = p.Message("broadcast", {"topic": topic, "data": data}, to="queen")
+        try:
+            frames = self._encode(msg)
+        except p.ProtocolError as e:
+            raise ValueError(f"cannot broadcast on {topic!r}: {e.message}") from None
+        size = sum(len(f) for f in frames)
+        limit = self._sess.max_broadcast
+        if size > limit:
+            raise TooLarge(f"the broadcast on {topic!r} is {size:,} bytes, over the queen's "
+                           f"limit of {limit:,} (its --max-broadcast): send large data as a "
+                           "task payload or in colony memory")
+        self.send_message(frames)
 
     def subscribe(self, prefix: str, fn: Callable[[str, Any, p.Message], Any]) -> None:
         """Call ``fn(topic, data, message)`` for each broadcast whose topic starts with
@@ -338,8 +350,8 @@ class Peer(QueenFinder):
         for f in frames:
             if len(f) > limit:
                 raise p.ProtocolError(
-                    Code.TOO_LARGE, f"the {msg.kind} message is {_size(frames)}, over the "
-                    f"queen's limit of {_size_n(limit)} (its --max-message)")
+                    Code.TOO_LARGE, f"{_size(frames)}, over the queen's limit of "
+                    f"{_size_n(limit)} (its --max-message), for a {msg.kind} message")
         return frames
 
     def _send_now(self, msg: p.Message | list[bytes]) -> bool:
@@ -440,7 +452,11 @@ class Peer(QueenFinder):
                     self._open_socket()
                 self._say_hello(now)
             elif cls is ses.Welcomed:
-                if sess.reconnects:
+                if self._said_waiting:
+                    # Said at the level the waiting was, so a person sees the end of it.
+                    log.warning("%s: connected to the queen at %s", self.name, self.queen)
+                    self._said_waiting = False
+                elif sess.reconnects:
                     log.info("%s: welcomed by the queen at %s", self.name, self.queen)
                 self._open_sub(str(sess.welcome.get("pub") or ""))
                 self._welcomed.set()
@@ -460,6 +476,7 @@ class Peer(QueenFinder):
                 self._stopping.set()
                 self._welcomed.set()
             elif cls is ses.StillWaiting:
+                self._said_waiting = True
                 where = self.queen or f"colony {self.colony or 'default'}"
                 log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it "
                             "running, and is the endpoint right? (--queen or MESHANT_QUEEN)",

@@ -240,7 +240,8 @@ class Client(Peer):
         if lost is not None and now - lost >= self.queen_wait and self._tasks:
             err = QueenUnreachable(
                 f"the queen at {self.queen} has been unreachable for {now - lost:.0f} s "
-                f"({self._lost_why}); the task's outcome is unknown", code=Code.QUEEN_LOST)
+                f"({self._lost_why}); whether it received or ran the task is unknown",
+                code=Code.QUEEN_LOST)
             self._fail_pending(err)
 
     def __enter__(self) -> Client:
@@ -518,7 +519,9 @@ class Client(Peer):
         after = err.get("retry_after")
         if not isinstance(after, int | float) or after <= 0:
             after = min(2.0, 0.05 * 2 ** min(fut._refusals, 6))
-        delay = max(float(after), 0.005) * random.uniform(1.0, 1.5)
+        # Space the refused submissions out at about the pace the queen names (one per
+        # retry_after), rather than send them all again together to be refused again.
+        delay = max(float(after), 0.001) * (1 + len(self._retry)) * random.uniform(1.0, 1.25)
         heapq.heappush(self._retry, (now + delay, fut.task_id))
         self._hold_until = max(self._hold_until, now + delay)
         return True

@@ -335,7 +335,7 @@ class Forager(Peer):
             if e.code == Code.TOO_LARGE:
                 # A retry cannot make it smaller: the task fails for good, at once.
                 error = {"type": "TooLarge", "code": Code.TOO_LARGE,
-                         "message": f"the result is too large to send: {e.message}"}
+                         "message": f"result of {e.message}"}
             else:
                 error = {"type": "EncodeError",
                          "message": f"result cannot be encoded: {e.message}"}

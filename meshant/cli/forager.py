@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from meshant.actors.forager import Forager
 from meshant.cli._options import JSON_OPT, Connection, echo_flush, jsonable, labels, peer_options
@@ -38,9 +39,8 @@ def load_app(spec: str) -> Any:
                                  param_hint="--app") from None
 
 
-def _serve(f: Forager, app: str) -> None:
+def _serve(f: Forager, app: str, target: Any) -> None:
     """Give ``f`` the handlers (and message callbacks) that ``--app`` names."""
-    target = load_app(app)
     if isinstance(target, Forager):
         for cap, h in target.handlers.items():
             f.add_handler(cap, h.fn, batch=h.batch, inline=h.inline)
@@ -85,8 +85,15 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
     """
     from meshant.edges.builtin import add_builtins
 
+    target = load_app(app) if app is not None else None
+    endpoint = conn.endpoint
+    given = click.get_current_context().get_parameter_source("queen")
+    if (isinstance(target, Forager) and target.queen and not conn.discover
+            and given == ParameterSource.DEFAULT):
+        # The app's Forager names its queen; --queen (or MESHANT_QUEEN) would override it.
+        endpoint = target.queen
     try:
-        f = Forager(conn.endpoint, name=name, slots=slots, labels=labels(label_values),
+        f = Forager(endpoint, name=name, slots=slots, labels=labels(label_values),
                     **conn.peer_kwargs())
     except ValueError as e:
         raise click.ClickException(str(e)) from None
@@ -96,7 +103,7 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--subscribe") from None
     if app is not None:
-        _serve(f, app)
+        _serve(f, app, target)
     if builtins or (builtins is None and app is None):
         add_builtins(f)
     ready = threading.Thread(target=_announce, args=(f, as_json), daemon=True)

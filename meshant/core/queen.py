@@ -242,7 +242,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
             ref = p.binary.peek_id(frames[1:]) if codec == BINARY else None
             self._error_to(identity, codec, e.code, e.message, ref)
-            if e.code == p.errors.TOO_LARGE and codec == BINARY:
+            if e.code == p.errors.TOO_LARGE:
                 self._oversized_result(identity, frames[1:], now)
             return
         node = self.registry.by_id.get(identity)
@@ -259,7 +259,8 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
                            f"the queen does not accept {msg.kind!r} messages", msg.id)
             return
         if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
-            self.counters["protocol_errors"] += 1
+            # Expected after a restart or a silence: the peer says hello again.
+            self.counters["unregistered"] += 1
             if msg.kind == "task.result" and not msg.b.get("partial"):
                 # A forager we declared offline sends the result of an attempt we already
                 # moved on from: count it as the duplicate it is.

@@ -149,13 +149,15 @@ class QueenState:
                                    breaker_cooldown=c.breaker_cooldown)
         self.terms = p.QueenTerms(epoch=epoch, hb_interval=c.hb_interval,
                                   hb_misses=c.hb_misses, assign_timeout=c.assign_timeout,
-                                  queen=c.name, max_message=c.max_message)
+                                  queen=c.name, max_message=c.max_message,
+                                  max_broadcast=c.max_broadcast)
         self.memory = MemoryStore(c.mem_max_keys, c.mem_max_value)
         self.authorized = authorized
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
                                          "refused_keys": 0, "rate_limited": 0,
-                                         "idempotent_hits": 0, "resubmitted": 0}
+                                         "idempotent_hits": 0, "resubmitted": 0,
+                                         "unregistered": 0}
         self.info = _Info()
         self.restored = 0
         if archive is not None:

@@ -29,7 +29,7 @@ class TaskHandlers(QueenState):
         if node is None or node.role != "forager":
             return
         try:
-            msg = p.binary.decode(frames, max_frame=self.config.max_message + 65536)
+            msg = p.decode_any(frames, max_frame=self.config.max_message + 65536)[0]
         except p.ProtocolError:
             return
         size = max(len(f) for f in frames)
@@ -150,8 +150,8 @@ class TaskHandlers(QueenState):
             return att
         if verdict == "duplicate":
             return None
-        self.counters["protocol_errors"] += 1
         if verdict == "foreign":
+            self.counters["protocol_errors"] += 1
             self._error_to(identity, codec, NOT_YOURS,
                            f"assign {ref!r} belongs to another forager", msg.id)
         else:

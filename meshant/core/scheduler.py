@@ -552,9 +552,12 @@ class Scheduler(Routing, TaskStore):
 
     @staticmethod
     def _nobody(task: Task) -> str:
-        if task.to:
-            return f"no forager named {task.to!r} offering capability {task.capability!r}"
-        return f"no forager offering capability {task.capability!r}"
+        who = f"no forager named {task.to!r}" if task.to else "no forager"
+        what = f"{who} offering capability {task.capability!r}"
+        if task.labels:
+            labels = ", ".join(f"{k}={v!r}" for k, v in task.labels.items())
+            what += f" with the labels {labels}"
+        return what
 
     def _wait_for_forager(self, task: Task, now: float) -> None:
         # Only tasks nobody can serve get a timer: the common case pays nothing for it.

@@ -113,6 +113,7 @@ class PeerSession:
         self.features: frozenset[str] = frozenset()
         self.hb_interval = 1.0
         self.max_message = 64 * 1024 * 1024
+        self.max_broadcast = 128 * 1024
         self.reconnects = 0
         self.hello_id = ""
         self.monitor: HeartbeatMonitor | None = None
@@ -182,6 +183,9 @@ class PeerSession:
         limit = body.get("max_message")
         if isinstance(limit, int) and limit > 0:
             self.max_message = limit
+        limit = body.get("max_broadcast")
+        if isinstance(limit, int) and limit > 0:
+            self.max_broadcast = limit
         self._attempt = 0
         self._name_retried = False
         self.monitor = HeartbeatMonitor(self.hb_interval, int(body["hb_misses"]))

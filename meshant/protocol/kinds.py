@@ -47,7 +47,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("welcome", 2, "queen accepts a hello and states the negotiated terms",
          (_f("version", int, True), _f("features", list, True), _f("hb_interval", _NUM, True),
           _f("hb_misses", int, True), _f("assign_timeout", _NUM, True), _f("epoch", str, True),
-          _f("pub", str), _f("queen", str), _f("name", str), _f("max_message", int))),
+          _f("pub", str), _f("queen", str), _f("name", str), _f("max_message", int),
+          _f("max_broadcast", int))),
     Kind("error", 3, "refusal or error: machine-readable code and a sentence", _ERR),
     # Task lifecycle (IACP 1.1 kinds keep their meaning)
     Kind("task.submit", 10, "client submits a task",

@@ -35,6 +35,7 @@ class QueenTerms:
     pub: str = ""
     queen: str = "queen"
     max_message: int = 64 * 1024 * 1024
+    max_broadcast: int = 128 * 1024
     roles: tuple[str, ...] = ROLES
 
 
@@ -66,6 +67,7 @@ class Welcome:
             "queen": terms.queen,
             "name": self.name,
             "max_message": terms.max_message,
+            "max_broadcast": terms.max_broadcast,
         }
 
 
