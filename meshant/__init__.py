@@ -3,6 +3,7 @@
 from meshant._version import __version__
 from meshant.actors.async_client import AsyncClient
 from meshant.actors.client import Client
+from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.actors.forager import Forager
 from meshant.actors.futures import TaskFuture, Update
 from meshant.actors.handlers import TaskContext
@@ -27,9 +28,11 @@ __all__ = [
     "AsyncClient",
     "Blob",
     "Client",
+    "ClientConfig",
     "ConfigError",
     "DeadlineExceeded",
     "Forager",
+    "ForagerConfig",
     "MeshantError",
     "Message",
     "NoForager",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.cli.queen import queen
 from meshant.core.queen import QueenConfig
 
@@ -26,14 +27,22 @@ arguments. The API's `journal` default is none (a volatile queen); the CLI's is 
 |---|---|---|---|
 """
 
-TAIL = """
-Peers take their settings as keyword arguments: `Forager(queen, name=, slots=, labels=,
-colony=, discover=, curve_secret=, queen_key=)` and `Client(queen, name=, timeout=, wait=,
-on_progress=, threaded=, queen_wait=, submit_timeout=, retry_queue_full=,
-max_pending_bytes=, colony=, discover=, curve_secret=, queen_key=)`; see their docstrings
-and the README. `MESHANT_QUEEN`, `MESHANT_COLONY`, `MESHANT_CURVE_SECRET` and
-`MESHANT_QUEEN_KEY` are their environment defaults.
+PEERS = """
+## Foragers and clients
+
+`Forager(queen, config=ForagerConfig(...))` and `Client(queen, config=ClientConfig(...))`
+— or keyword arguments of the same names — take their settings the same way; the CLI
+builds them from its options (`meshant forager`, and every command that connects as a
+client). `Client` also takes `on_progress=` (a callback) and both take `context=` (a
+ZeroMQ context): objects, not settings. `MESHANT_QUEEN` is the endpoint's default.
 """
+
+
+def _peer_table(kind: type) -> str:
+    rows = [f"| `{f.name}` | `{f.default!r}` | {f.metadata['doc']} |"
+            for f in dataclasses.fields(kind)]
+    return (f"\n### `{kind.__name__}`\n\n| field | default | meaning |\n|---|---|---|\n"
+            + "\n".join(rows) + "\n")
 
 
 def render() -> str:
@@ -46,7 +55,8 @@ def render() -> str:
         env = f" (`{o.envvar}`)" if o.envvar else ""
         help_ = (o.help or "").replace("|", "\\|")
         rows.append(f"| `{f.name}` | `{f.default!r}` | `{flag}`{env} | {help_} |")
-    return HEAD + "\n".join(rows) + "\n" + TAIL
+    return (HEAD + "\n".join(rows) + "\n" + PEERS + _peer_table(ForagerConfig)
+            + _peer_table(ClientConfig))
 
 
 if __name__ == "__main__":

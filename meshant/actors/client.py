@@ -24,6 +24,7 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors._peer import Peer
+from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.errors import (
     MeshantError,
@@ -39,6 +40,9 @@ log = logging.getLogger("meshant.client")
 
 class Client(Peer):
     """Connects to a queen and submits tasks.
+
+    Settings come as a :class:`~meshant.ClientConfig` (``config=``) or as keyword
+    arguments of the same names (docs/configuration.md lists them):
 
     ``timeout``: seconds to wait for the queen's welcome (else QueenUnreachable).
     ``wait``: default seconds the queen waits for a forager offering a capability.
@@ -63,22 +67,17 @@ class Client(Peer):
         self,
         queen: str | None = None,
         *,
-        name: str | None = None,
-        timeout: float = 10.0,
-        wait: float | None = None,
+        config: ClientConfig | None = None,
         on_progress: Callable[[str, Update], Any] | None = None,
-        threaded: bool = True,
-        queen_wait: float = 30.0,
-        submit_timeout: float = 60.0,
-        retry_queue_full: bool = False,
-        max_pending_bytes: int = 256 * 1024 * 1024,
-        colony: str | None = None,
-        discover: bool | None = None,
-        curve_secret: str | None = None,
-        queen_key: str | None = None,
         context: zmq.Context[Any] | None = None,
+        **settings: Any,
     ) -> None:
-        super().__init__(queen, name, context, colony, discover, curve_secret, queen_key)
+        c = self.config = settle(ClientConfig, config, settings)
+        super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
+                         c.queen_key)
+        timeout, threaded, wait = c.timeout, c.threaded, c.wait
+        queen_wait, submit_timeout = c.queen_wait, c.submit_timeout
+        retry_queue_full, max_pending_bytes = c.retry_queue_full, c.max_pending_bytes
         self.wait = wait
         self.on_update = on_progress
         self.threaded = threaded

@@ -23,6 +23,7 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors._peer import Peer
+from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.protocol.codes import Code
 
@@ -53,18 +54,17 @@ class Forager(Peer):
         self,
         queen: str | None = None,
         *,
-        name: str | None = None,
-        slots: int = 1,
-        labels: dict[str, Any] | None = None,
-        colony: str | None = None,
-        discover: bool | None = None,
-        curve_secret: str | None = None,
-        queen_key: str | None = None,
+        config: ForagerConfig | None = None,
         context: zmq.Context[Any] | None = None,
+        **settings: Any,
     ) -> None:
-        """``queen=None`` (and no ``MESHANT_QUEEN``), or ``discover=True``: find the queen
-        of ``colony`` by mDNS and follow it if it moves."""
-        super().__init__(queen, name, context, colony, discover, curve_secret, queen_key)
+        """Settings come as a :class:`ForagerConfig` (``config=``) or as keyword arguments
+        of the same names (``slots=4``...). ``queen=None`` (and no ``MESHANT_QUEEN``), or
+        ``discover=True``: find the queen of ``colony`` by mDNS and follow it if it moves."""
+        c = self.config = settle(ForagerConfig, config, settings)
+        super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
+                         c.queen_key)
+        slots, labels = c.slots, c.labels
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.slots = slots

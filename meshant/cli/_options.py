@@ -70,9 +70,11 @@ class Connection:
         MeshantError or ValueError while it is used, become a one-line click error
         (exit 1)."""
         from meshant.actors.client import Client
+        from meshant.actors.config import ClientConfig
 
         try:
-            c = Client(self.endpoint, timeout=self.timeout, **self.peer_kwargs())
+            c = Client(self.endpoint,
+                       config=ClientConfig(timeout=self.timeout, **self.peer_kwargs()))
         except (MeshantError, ValueError) as e:  # QueenUnreachable, Refused, bad keys...
             raise click.ClickException(str(e)) from None
         try:

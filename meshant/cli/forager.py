@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from meshant.actors.config import ForagerConfig
 from meshant.actors.forager import Forager
 from meshant.cli._options import JSON_OPT, Connection, echo_flush, jsonable, labels, peer_options
 from meshant.errors import MeshantError
@@ -93,8 +94,8 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
         # The app's Forager names its queen; --queen (or MESHANT_QUEEN) would override it.
         endpoint = target.queen
     try:
-        f = Forager(endpoint, name=name, slots=slots, labels=labels(label_values),
-                    **conn.peer_kwargs())
+        f = Forager(endpoint, config=ForagerConfig(
+            name=name, slots=slots, labels=labels(label_values), **conn.peer_kwargs()))
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     for prefix in subscriptions:
