@@ -278,7 +278,7 @@ def test_memory_commands_speak_curve(procs: Procs, tmp_path: Path) -> None:
 def test_forager_app_copies_message_callbacks(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from meshant import Forager
-    from meshant.cli.forager import _serve
+    from meshant.cli.forager import _serve, load_app
 
     (tmp_path / "noteapp.py").write_text(
         "from meshant import Forager\n"
@@ -291,7 +291,24 @@ def test_forager_app_copies_message_callbacks(tmp_path: Path,
         "    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     f = Forager()
-    _serve(f, "noteapp:forager")
+    _serve(f, "noteapp:forager", load_app("noteapp:forager"))
     import noteapp  # type: ignore[import-not-found]
 
     assert f.tools == ["noop"] and f.message_callbacks == (noteapp.heard,)
+
+
+def test_forager_app_joins_the_queen_its_forager_names(procs: Procs, tmp_path: Path) -> None:
+    _, ep = procs.queen()
+    (tmp_path / "hereapp.py").write_text(
+        "from meshant import Forager\n"
+        f"forager = Forager({ep!r}, name='here')\n"
+        "@forager.task('hi')\n"
+        "def hi(p):\n"
+        "    return 'hi'\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env_no_queen = {k: v for k, v in os.environ.items() if k != "MESHANT_QUEEN"}
+    _, info = procs.start("forager", "--app", "hereapp:forager", "--json",
+                          env={**env_no_queen, **env})
+    assert info["queen"] == ep  # not the default endpoint: the app's Forager named it
+    r = meshant("submit", "--queen", ep, "hi", "{}")
+    assert r.returncode == 0 and "hi" in r.stdout
