@@ -16,14 +16,12 @@ def _doc(text: str) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class ForagerConfig:
-    """A forager's settings."""
+class PeerConfig:
+    """What foragers and clients share: their name, and how they find and trust the
+    queen."""
 
     name: str | None = field(default=None, metadata=_doc(
-        "Its name (default forager-HOST-PID-RAND); a restarted forager may take it back."))
-    slots: int = field(default=1, metadata=_doc("Tasks it runs at once."))
-    labels: dict[str, Any] | None = field(default=None, metadata=_doc(
-        "Labels tasks may require (`labels=` on submit)."))
+        "Its name (default ROLE-HOST-PID-RAND); a restarted peer may take it back."))
     colony: str | None = field(default=None, metadata=_doc(
         "The colony to find by discovery (`MESHANT_COLONY`)."))
     discover: bool | None = field(default=None, metadata=_doc(
@@ -35,11 +33,18 @@ class ForagerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ClientConfig:
+class ForagerConfig(PeerConfig):
+    """A forager's settings."""
+
+    slots: int = field(default=1, metadata=_doc("Tasks it runs at once."))
+    labels: dict[str, Any] | None = field(default=None, metadata=_doc(
+        "Labels tasks may require (`labels=` on submit)."))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig(PeerConfig):
     """A client's settings."""
 
-    name: str | None = field(default=None, metadata=_doc(
-        "Its name (default client-HOST-PID-RAND)."))
     timeout: float = field(default=10.0, metadata=_doc(
         "Seconds to wait for the queen's welcome (else QueenUnreachable)."))
     wait: float | None = field(default=None, metadata=_doc(
@@ -55,14 +60,6 @@ class ClientConfig:
     max_pending_bytes: int = field(default=256 * 1024 * 1024, metadata=_doc(
         "Bytes of unfinished submissions kept for re-sending; beyond, submit raises "
         "QueueFull."))
-    colony: str | None = field(default=None, metadata=_doc(
-        "The colony to find by discovery (`MESHANT_COLONY`)."))
-    discover: bool | None = field(default=None, metadata=_doc(
-        "Find the queen by mDNS (default: when no endpoint and no `MESHANT_QUEEN`)."))
-    curve_secret: str | None = field(default=None, metadata=_doc(
-        "Its CURVE key pair file (`MESHANT_CURVE_SECRET`)."))
-    queen_key: str | None = field(default=None, metadata=_doc(
-        "The queen's CURVE public key file (`MESHANT_QUEEN_KEY`)."))
 
 
 def settle(kind: type[C], config: C | None, settings: dict[str, Any]) -> C:
@@ -74,4 +71,4 @@ def settle(kind: type[C], config: C | None, settings: dict[str, Any]) -> C:
         raise TypeError(f"{e} (the settings are {kind.__name__}'s fields)") from None
 
 
-__all__ = ["ClientConfig", "ForagerConfig", "settle"]
+__all__ = ["ClientConfig", "ForagerConfig", "PeerConfig", "settle"]
