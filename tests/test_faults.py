@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -315,3 +316,24 @@ def test_an_empty_endpoint_is_refused_and_no_forager_names_the_labels(
     with pytest.raises(NoForager) as info:
         c.submit("echo", {}, labels={"gpu": "1"}, timeout=0.5).result(10)
     assert "gpu='1'" in info.value.message
+
+
+@pytest.mark.slow
+def test_a_hung_handler_does_not_keep_the_forager_from_stopping(procs: Procs,
+                                                                 tmp_path: Path) -> None:
+    _, ep = procs.queen()
+    (tmp_path / "hungapp.py").write_text(
+        "import time\n"
+        "from meshant import Forager\n"
+        "forager = Forager()\n"
+        "@forager.task('hang')\n"
+        "def hang(payload):\n"
+        "    time.sleep(3600)  # ignores its cancel, as a hung model call would\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc, _ = procs.start("forager", "--queen", ep, "--app", "hungapp:forager", "--json",
+                          env=env)
+    with Client(ep) as c:
+        fut = c.submit("hang", None, max_attempts=1)
+        wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", 10, "running")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) is not None  # it stops; the queen reissues what it ran

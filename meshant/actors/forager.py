@@ -16,7 +16,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, cast
 
 import zmq
@@ -25,6 +24,7 @@ from meshant import protocol as p
 from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
+from meshant.actors.workers import Workers
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
@@ -72,7 +72,7 @@ class Forager(Peer):
         self.handlers: dict[str, Handler] = {}
         self.running: dict[str, TaskContext] = {}
         self.draining = False
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Workers | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
@@ -151,7 +151,7 @@ class Forager(Peer):
         """Run in a background thread; returns once the queen welcomed this forager."""
         if not self.handlers:
             raise RuntimeError("no handlers: register one with @forager.task(capability)")
-        self._pool = ThreadPoolExecutor(self.slots, thread_name_prefix=f"meshant-{self.name}")
+        self._pool = Workers(self.slots, f"meshant-{self.name}")
         self._start_io(timeout)
         return self
 
@@ -161,7 +161,7 @@ class Forager(Peer):
             ctx.cancel()
         self.close(timeout)
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
         loop, t = self._aloop, self._aloop_thread
         if loop is not None and t is not None:
             self._aloop = self._aloop_thread = None
@@ -193,8 +193,7 @@ class Forager(Peer):
             for sig in (signal.SIGINT, signal.SIGTERM):
                 restore[sig] = signal.signal(sig, on_signal)
         try:
-            self._pool = ThreadPoolExecutor(self.slots,
-                                            thread_name_prefix=f"meshant-{self.name}")
+            self._pool = Workers(self.slots, f"meshant-{self.name}")
             self._start_io(None)
             while not self._stopping.wait(0.2):
                 if drain_deadline and time.monotonic() > drain_deadline[0]:
