@@ -230,6 +230,22 @@ def start_queen(extra: list[str], journal: str = ":memory:", timeout: float = 60
     return q
 
 
+
+def _boot(procs: list[Any], path: str, what: str, timeout: float) -> tuple[Any, float]:
+    """Start a queen on ``path``; returns it and the seconds from spawn to its first
+    status() answer (its memory is read a second later, once it has settled)."""
+    t = time.monotonic()
+    q = start_queen([], path, timeout=timeout, what=what)
+    procs.append(q)
+    c = client(q.router, timeout=timeout)
+    try:
+        c.status(timeout=timeout)
+        seconds = time.monotonic() - t
+    finally:
+        c.close()
+    time.sleep(1.0)
+    return q, seconds
+
 def start_echo_foragers(q: QueenProc, n: int, procs: list[Proc]) -> None:
     fs = [spawn_meshant(["forager", "--queen", q.router, "--json"], "echo forager")
           for _ in range(n)]
@@ -722,31 +738,12 @@ def sc_restart(z: Sizes, r: Report, tmp: str) -> None:
         size = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
         r.fig("journal size (db + wal) at the kill", round(size / MB, 1), "MB")
         progress("restart: queen killed with SIGKILL; restarting on its journal")
-        t = time.monotonic()
-        q2 = start_queen([], path, timeout=120, what="restarted queen")
-        procs.append(q2)
+        q2, first_status = _boot(procs, path, "restarted queen", 120)
         ready = q2.ready_seconds
-        c = client(q2.router, timeout=60)
-        try:
-            c.status(timeout=60)
-            first_status = time.monotonic() - t
-        finally:
-            c.close()
-        time.sleep(1.0)
         m2 = mem(q2.pid)
         stop_all([q2])
         procs.remove(q2)
-        fresh_path = os.path.join(tmp, "fresh.db")
-        t = time.monotonic()
-        q3 = start_queen([], fresh_path, what="fresh queen")
-        procs.append(q3)
-        c = client(q3.router)
-        try:
-            c.status(timeout=30)
-            fresh_status = time.monotonic() - t
-        finally:
-            c.close()
-        time.sleep(1.0)
+        q3, fresh_status = _boot(procs, os.path.join(tmp, "fresh.db"), "fresh queen", 30)
         m3 = mem(q3.pid)
         r.fig("restart: spawn to ready line", round(ready, 2), "s", "< 2 s", ready < 2)
         r.fig("restart: spawn to first status() answer", round(first_status, 2), "s")
