@@ -357,7 +357,8 @@ def test_a_version_1_journal_is_migrated_in_place(tmp_path: Path) -> None:
     assert _meta(path)["schema_version"] == "1"
     j = Journal(path)
     try:
-        assert _meta(path)["schema_version"] == "2"
+        assert _meta(path)["schema_version"] == "3"
+        assert j.memory() == []  # version 3's table, empty
         (row,) = j.unfinished()
         assert row["id"] == "old" and row["idem_key"] == "k" and row["retry_base"] is None
         j.record([_finished(1, retry_base=0.25, retry_cap=2.0)], 0.0)
@@ -365,8 +366,8 @@ def test_a_version_1_journal_is_migrated_in_place(tmp_path: Path) -> None:
         assert r is not None and (r["retry_base"], r["retry_cap"]) == (0.25, 2.0)
     finally:
         j.close()
-    Journal(path).close()  # opening a version-2 journal again changes nothing
-    assert _meta(path)["schema_version"] == "2"
+    Journal(path).close()  # opening a current journal again changes nothing
+    assert _meta(path)["schema_version"] == "3"
 
 
 def _meta(path: Path) -> dict[str, str]:

@@ -42,6 +42,17 @@ def check_endpoint(endpoint: str, what: str = "queen endpoint") -> str:
     return endpoint
 
 
+def check_endpoints(spec: str, what: str = "queen endpoint") -> list[str]:
+    """A comma-separated list of queen endpoints (a leader and its standbys), each checked."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"{what} must be a string, not {type(spec).__name__}")
+    endpoints = [e.strip() for e in spec.split(",")]
+    if not any(endpoints):
+        raise ConfigError(f"{what} is empty: give tcp://HOST:PORT (several, comma-separated, "
+                          "for a leader and its standbys)")
+    return [check_endpoint(e, what) for e in endpoints if e]
+
+
 def pub_endpoint_for(pub: str, queen: str) -> str:
     """The PUB endpoint to connect to: a wildcard host is replaced by the queen's host."""
     scheme, _, rest = pub.partition("://")

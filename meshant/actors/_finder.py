@@ -1,13 +1,14 @@
-"""Finding and following the queen by discovery (zeroconf), and checking that a
-discovered queen holds the CURVE key we pinned: the part of a peer that only
-``--discover`` uses."""
+"""Where the queen is: the next of several endpoints (a leader and its standbys) or the
+leader a standby names; found and followed by discovery (zeroconf), with a check that a
+discovered queen holds the CURVE key we pinned."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from meshant.errors import MeshantError
+from meshant.actors._endpoints import check_endpoint
+from meshant.errors import MeshantError, QueenUnreachable
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant")
@@ -23,6 +24,9 @@ class QueenFinder:
     _curve: tuple[bytes, bytes] | None
     _queen_key: bytes | None
     _sub_endpoint: str
+    queens: list[str]
+    _connected_to: str
+    _unanswered: bool
 
     def _open_socket(self) -> Any:
         raise NotImplementedError
@@ -61,6 +65,41 @@ class QueenFinder:
                 f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
                 f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
                 "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)
+
+    def _next_queen(self, leader: str) -> None:
+        """(I/O thread) Go to ``leader`` (a standby's hint), else to the next endpoint."""
+        if leader:
+            try:
+                self.queen = check_endpoint(leader)
+            except ValueError:
+                leader = ""
+        if not leader and len(self.queens) > 1:
+            i = self.queens.index(self.queen) if self.queen in self.queens else -1
+            self.queen = self.queens[(i + 1) % len(self.queens)]
+        if self.queen != self._connected_to:
+            log.info("%s: trying the queen at %s", self.name, self.queen)
+
+    def _unreachable(self, timeout: float) -> QueenUnreachable:
+        hint = ("is it running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
+        if self._curve is not None:
+            hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
+                    "looks exactly like this (the handshake fails silently); check both, "
+                    "and that the queen is running")
+        return QueenUnreachable(
+            f"no answer from the queen at {self.queen} within {timeout:g} s: {hint}")
+
+    def _before_hello(self, fresh: bool) -> None:
+        """(I/O thread) Where the next hello goes: where discovery says the queen moved,
+        else the next endpoint if the last hello got no answer; on a fresh connection
+        when asked for one or when the endpoint changed."""
+        moved = self._follower.current() if self._follower is not None else None
+        if moved is not None and moved.router != self.queen:
+            self._follow_queen()  # a fresh connection to where it went
+            return
+        if self._unanswered and len(self.queens) > 1:
+            self._next_queen("")
+        if fresh or self._connected_to != self.queen:
+            self._open_socket()
 
     def _follow_queen(self) -> None:
         """(I/O thread) A discovering peer follows its queen to a new address."""

@@ -25,7 +25,7 @@ from meshant import protocol as p
 from meshant.actors._endpoints import (
     _size,
     _size_n,
-    check_endpoint,
+    check_endpoints,
     default_name,
     pub_endpoint_for,
     resolve_queen,
@@ -39,7 +39,7 @@ from meshant.actors.colony_memory import Memory
 from meshant.core import session as ses
 from meshant.core.session import PeerSession
 from meshant.edges.security import client_socket, load_public, load_secret
-from meshant.errors import MeshantError, QueenUnreachable, Refused, TooLarge
+from meshant.errors import MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
@@ -59,7 +59,11 @@ class Peer(QueenFinder):
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
         self._follower: Any = None
-        self.queen = "" if discover else check_endpoint(resolve_queen(queen))
+        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
+        self.queens = [] if discover else check_endpoints(resolve_queen(queen))
+        self.queen = self.queens[0] if self.queens else ""
+        self._connected_to = ""
+        self._unanswered = False  # the last hello got no answer (yet)
         # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
         curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
         queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
@@ -122,15 +126,6 @@ class Peer(QueenFinder):
             if err is not None:
                 raise err
             raise self._unreachable(timeout)
-
-    def _unreachable(self, timeout: float) -> QueenUnreachable:
-        hint = ("is it running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
-        if self._curve is not None:
-            hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
-                    "looks exactly like this (the handshake fails silently); check both, "
-                    "and that the queen is running")
-        return QueenUnreachable(
-            f"no answer from the queen at {self.queen} within {timeout:g} s: {hint}")
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread and close the sockets (idempotent)."""
@@ -261,6 +256,7 @@ class Peer(QueenFinder):
         sock.setsockopt(zmq.HEARTBEAT_TTL, 30_000)
         self._secure(sock)
         sock.connect(self.queen)
+        self._connected_to = self.queen
         self._sock = sock
         self._poller.register(sock, zmq.POLLIN)
         return sock
@@ -335,6 +331,7 @@ class Peer(QueenFinder):
 
     def _say_hello(self, now: float) -> None:
         msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
+        self._unanswered = True
         self._send_now(msg)
         self._sess.hello_sent(msg.id, now)
 
@@ -445,12 +442,11 @@ class Peer(QueenFinder):
                 if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
                     sess.sent(sess.last_send, beat=True)
             elif cls is ses.SayHello:
-                moved = self._follower.current() if self._follower is not None else None
-                if moved is not None and moved.router != self.queen:
-                    self._follow_queen()  # a fresh connection to where it went
-                elif a.fresh_connection:  # type: ignore[union-attr]
-                    self._open_socket()
+                self._before_hello(a.fresh_connection)  # type: ignore[union-attr]
                 self._say_hello(now)
+            elif cls is ses.Redirect:
+                self._unanswered = False
+                self._next_queen(a.leader)  # type: ignore[union-attr]
             elif cls is ses.Welcomed:
                 if self._said_waiting:
                     # Said at the level the waiting was, so a person sees the end of it.
@@ -528,6 +524,7 @@ class Peer(QueenFinder):
         if msg.ref != self._sess.hello_id:
             return  # the answer to an older hello
         self.name = msg.b.get("name", self.name)
+        self._unanswered = False
         now = time.monotonic()
         self._sess.on_welcome(msg.ref, msg.b, now)
         self._act(now)
@@ -540,7 +537,10 @@ class Peer(QueenFinder):
             # introduce ourselves again, then resend what was refused.
             self._refused_unregistered(msg.ref)
         now = time.monotonic()
-        if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now):
+        if msg.ref is not None and msg.ref == self._sess.hello_id:
+            self._unanswered = False
+        if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now,
+                               b.get("leader")):
             if code == Code.NAME_TAKEN and not self._sess.out:
                 log.info("%s: name still held; asking again in %s s", self.name,
                          b.get("retry_after"))

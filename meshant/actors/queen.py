@@ -24,13 +24,14 @@ from meshant import protocol as p
 from meshant.actors import _zmqio as _zio
 from meshant.actors._waker import Waker
 from meshant.core.memory import MemoryStore
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, RecordMemory, Send
 from meshant.core.queen_state import _Info
 from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
 from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import MeshantError
-from meshant.storage.journal import Journal, JournalError
+from meshant.storage import JournalError, is_postgres, open_journal
+from meshant.storage.leadership import Leadership
 
 log = logging.getLogger("meshant.queen")
 
@@ -60,7 +61,7 @@ class Queen:
         self.pub = pub
         self.name = c.name
         self.colony = c.colony
-        self.epoch = secrets.token_hex(8)
+        self.epoch = ""
         self.endpoint = ""
         self.pub_endpoint = ""
         self.advertiser: Any = None
@@ -80,27 +81,114 @@ class Queen:
         self._auth: Any = None
         self._reload_keys = False
         # The journal: opened (and checked) here, so a bad file fails before any bind.
-        self.journal: Journal | None = None
+        self.journal: Any = None
+        self.leadership: Leadership | None = None
+        self._waker = Waker()
         if c.journal is not None and c.journal != ":memory:":
             try:
-                self.journal = Journal(c.journal)
+                self.journal = open_journal(c.journal)
             except JournalError as e:
                 raise MeshantError(str(e), code=p.Code.BAD_JOURNAL) from None
             # Final tasks stay on disk; the journal's own thread prunes them.
             self.journal.retain(c.retention, c.retention_count)
+            if is_postgres(c.journal):
+                # Shared by several queens: this one leads only while it holds the lease.
+                self.leadership = Leadership(self.journal, lease=c.lease,
+                                             holder=secrets.token_hex(8), name=c.name,
+                                             on_change=self._waker.wake)
+                self.journal.patience = self.leadership.valid
         now = time.monotonic()
         self._wall_offset = time.time() - now
-        self.core = QueenCore(c, epoch=self.epoch, wall_offset=self._wall_offset,
-                              authorized=authorized, archive=self.journal,
-                              restore=self.journal.unfinished() if self.journal else (),
-                              now=now)
+        self._leading = self.leadership is None
+        self._hinted: tuple[int, Any] = (-1, None)
+        self.core = self._new_core(now, restore=self._leading)
         self.pub_hwm = c.derived_pub_hwm
         self._ctx = context or zmq.Context.instance()
-        self._waker = Waker()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+
+    def _new_core(self, now: float, restore: bool) -> QueenCore:
+        """A core: restored from the journal (this queen leads), or a standby's."""
+        ld = self.leadership
+        self.epoch = secrets.token_hex(8) if ld is None else f"t{ld.term}.{secrets.token_hex(6)}"
+        j = self.journal
+        core = QueenCore(self.config, epoch=self.epoch, wall_offset=self._wall_offset,
+                         authorized=self.authorized, archive=j if restore else None,
+                         restore=j.unfinished() if restore and j else (),
+                         memory=j.memory() if restore and j else (), now=now)
+        if ld is not None:
+            core.term = ld.term
+            if not restore:
+                core.standby = self._hint()
+        if self.endpoint:
+            core.terms = dataclasses.replace(core.terms, pub=self.pub_endpoint)
+            core.info = dataclasses.replace(self.core.info, extra={})
+        return core
+
+    def _hint(self) -> dict[str, Any]:
+        """What a standby tells a peer: the leader's endpoint, when the lease names one."""
+        ld = self.leadership
+        assert ld is not None
+        info = ld.leader
+        hint: dict[str, Any] = {"role": "standby", "term": info.term if info else ld.term,
+                                "queen": self.name}
+        if info is not None and info.live and info.endpoint and info.endpoint != self.endpoint:
+            hint["leader"] = info.endpoint
+            hint["message"] = (f"queen {self.name!r} is a standby: queen {info.name!r} leads "
+                               f"(term {info.term}) at {info.endpoint}")
+        else:
+            hint["message"] = f"queen {self.name!r} is a standby and no queen leads right now"
+        return hint
+
+    @property
+    def role(self) -> str:
+        """``leader`` (always, without a shared journal) or ``standby``."""
+        return "leader" if self._leading else "standby"
+
+    def _roles(self, now: float) -> None:
+        """(Loop) Follow the lease: take over, step down, or refresh the standby's hint."""
+        ld = self.leadership
+        if ld is None:
+            return
+        leading = ld.valid()
+        if leading and not self._leading:
+            self._take_over(now)
+        elif not leading and self._leading:
+            self._leading = False
+            self.core = self._new_core(now, restore=False)
+            self._hinted = (ld.term, ld.leader)
+            self._advertise_role()
+            log.warning("queen %s is a standby now (term %d): its peers go to the leader",
+                        self.name, ld.term)
+        elif not self._leading and (ld.term, ld.leader) != self._hinted:
+            self._hinted = (ld.term, ld.leader)
+            self.core.standby = self._hint()
+            self.core.term = ld.term
+
+    def _advertise_role(self) -> None:
+        if self.advertiser is not None and self.leadership is not None:
+            self.advertiser.update(epoch=self.epoch, role=self.role,
+                                   term=self.leadership.term)
+
+    def _take_over(self, now: float) -> None:
+        ld = self.leadership
+        assert ld is not None
+        t0 = time.monotonic()
+        self.journal.term = ld.term
+        self.journal.reset_chains()
+        try:
+            core = self._new_core(now, restore=True)
+        except JournalError as e:
+            ld.step_down(f"cannot read the journal: {e}")
+            return
+        self.core = core
+        self._leading = True
+        log.warning("queen %s takes over the colony (term %d): %d unfinished tasks, %d "
+                    "memory keys restored in %.0f ms", self.name, ld.term, core.restored,
+                    len(core.memory.items), (time.monotonic() - t0) * 1000)
+        self._advertise_role()
 
     # What the core holds, for status, tests and tools.
 
@@ -211,6 +299,9 @@ class Queen:
             core.terms = dataclasses.replace(core.terms, pub=self.pub_endpoint)
             self._router = router
             self._pub = pub
+            if self.leadership is not None:
+                self.leadership.start(self.endpoint, self.pub_endpoint)
+                core.standby = self._hint()
             self._start_advertising()
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),
                               host=socket.gethostname(), advertised=self.advertiser is not None,
@@ -220,6 +311,8 @@ class Queen:
         finally:
             if self.advertiser is not None:
                 self.advertiser.close()  # unregistered: joiners see the queen go
+            if self.leadership is not None:
+                self.leadership.stop()  # the lease handed back: a standby leads at once
             router.close(0)
             pub.close(0)
             if self._auth is not None:
@@ -271,15 +364,14 @@ class Queen:
                                      router=self.endpoint, pub=self.pub_endpoint,
                                      epoch=self.epoch,
                                      interfaces=ifaces or None,
-                                     curve_key=self.curve[0].decode() if self.curve else "")
+                                     curve_key=self.curve[0].decode() if self.curve else "",
+                                     role=self.role, term=self.core.term)
 
     def _loop(self, router: zmq.Socket[Any]) -> None:
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(self._waker.fd, zmq.POLLIN)
-        core = self.core
-        receive = core.receive
-        hb_interval = core.registry.hb_interval
+        hb_interval = self.config.hb_interval
         tick_every = min(0.05, hb_interval / 4)
         next_tick = time.monotonic()
         next_beat = next_tick
@@ -288,7 +380,14 @@ class Queen:
         EVENTS, POLLIN = _zio.EVENTS, _zio.POLLIN
         recv_frames = _zio.recv_frames
         curve = self.curve is not None
+        leadership = self.leadership
         while not self._stop.is_set():
+            if leadership is not None:
+                # Before anything is read: a queen that slept past its lease (SIGSTOP,
+                # a long pause) steps down before it acts on a single message.
+                self._roles(time.monotonic())
+            core = self.core
+            receive = core.receive
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
             events = dict(poller.poll(int(wait * 1000)))
@@ -315,7 +414,10 @@ class Queen:
                 core.tick(now)
             if now >= next_beat:
                 next_beat = now + hb_interval
-                core.beat(now)
+                if self._leading:
+                    core.beat(now)
+            if self.core is not core:
+                continue  # stepped down meanwhile: nothing of the old core goes out
             core.end_turn(now)
             if core.out:
                 self._carry_out(core.take())
@@ -340,9 +442,20 @@ class Queen:
                     self.core.counters["dropped_sends"] += 1
             elif cls is Publish:
                 pub.send_multipart([a.topic, *a.frames])
-            elif cls is Record:
-                assert self.journal is not None
-                self.journal.record(a.tasks, self._wall_offset)
+            elif cls is Record or cls is RecordMemory:
+                try:
+                    if cls is Record:
+                        self.journal.record(a.tasks, self._wall_offset)
+                    else:
+                        self.journal.record_memory(a.changes)
+                except JournalError as e:
+                    if self.leadership is None:
+                        raise
+                    # Deposed, or the database away past the lease: nothing after this
+                    # record may leave. The journal holds the truth; the leader rebuilds.
+                    self.leadership.step_down(str(e))
+                    self._roles(time.monotonic())
+                    return
 
 
 __all__ = ["ACTIVE", "DRAINING", "Queen", "QueenConfig"]

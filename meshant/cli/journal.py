@@ -13,18 +13,20 @@ import click
 
 from meshant.cli._options import JSON_OPT, jsonable
 
-JOURNAL_OPT = click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
+JOURNAL_OPT = click.option("--journal", metavar="PATH|URL", envvar="MESHANT_JOURNAL",
                            default="meshant-queen.db", show_default=True,
-                           help="The queen's journal file (read-only here).")
+                           help="The queen's journal: its SQLite file, or its PostgreSQL "
+                                "database (postgresql://USER@HOST:PORT/DB). Read-only here.")
 
 
 def _open_journal(path: str) -> Any:
-    from meshant.storage.journal import Journal, JournalError
+    from meshant.storage import JournalError, is_postgres, open_journal
 
-    if not os.path.exists(path):
-        raise click.ClickException(f"no journal at {path} (give --journal PATH)")
+    if not is_postgres(path) and not os.path.exists(path):
+        raise click.ClickException(f"no journal at {path} (give --journal PATH or a "
+                                   "postgresql:// URL)")
     try:
-        return Journal(path, readonly=True)
+        return open_journal(path, readonly=True)
     except JournalError as e:
         raise click.ClickException(str(e)) from None
 
@@ -67,7 +69,7 @@ def task(journal: str, task_id: str, verify: bool, as_json: bool) -> None:
     finally:
         j.close()
     if t is None:
-        raise click.ClickException(f"no task {task_id!r} in {journal}")
+        raise click.ClickException(f"no task {task_id!r} in {j.path}")
     if as_json:
         click.echo(json.dumps({"id": t["id"], "state": t["state"], "events": t["events"],
                                "final": t["final"], "problems": problems},
@@ -101,7 +103,7 @@ def journal_verify(journal: str) -> None:
         j.close()
     for x in problems:
         click.echo(x)
-    click.echo(f"{len(problems)} problem(s) in {journal}", err=True)
+    click.echo(f"{len(problems)} problem(s) in {j.path}", err=True)
     sys.exit(1 if problems else 0)
 
 

@@ -74,8 +74,13 @@ def _stop_on_signals(stop: Any) -> None:
               show_default=True, help="Submissions per second per peer ('rate-limited').")
 @click.option("--journal", metavar="PATH", envvar="MESHANT_JOURNAL",
               default="meshant-queen.db", show_default=True, show_envvar=True,
-              help="Journal tasks to this SQLite file: restarted on it, the queen loses no "
-                   "task. ':memory:' for a volatile queen.")
+              help="Journal tasks to this SQLite file (restarted on it, the queen loses no "
+                   "task), or to a PostgreSQL database, postgresql://USER@HOST:PORT/DB, "
+                   "shared with standby queens (docs/ha.md). ':memory:' for a volatile "
+                   "queen.")
+@click.option("--lease", type=click.FloatRange(0.2, 60.0), default=5.0, show_default=True,
+              help="With a PostgreSQL journal: seconds a leader's lease lasts; a standby "
+                   "takes over this long after the leader stops renewing it.")
 @click.option("--retention", type=float, default=86_400.0, show_default=True,
               help="Seconds finished tasks stay in the journal (dead letters stay).")
 @click.option("--retention-count", type=click.IntRange(0), default=100_000, show_default=True,
@@ -96,7 +101,7 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          journal: str | None, retention: float, retention_count: int,
+          journal: str | None, lease: float, retention: float, retention_count: int,
           retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
@@ -111,7 +116,7 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             max_peers=max_peers, no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
             pub_buffer=pub_buffer, max_broadcast=max_broadcast, mem_max_keys=mem_max_keys,
             mem_max_value=mem_max_value, peer_hwm=peer_hwm, submit_rate=submit_rate,
-            journal=journal, retention=retention, retention_count=retention_count,
+            journal=journal, lease=lease, retention=retention, retention_count=retention_count,
             retry_base=retry_base, retry_cap=retry_cap,
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
             advertise=advertise, mdns_interfaces=tuple(mdns_interfaces) or None,
@@ -144,10 +149,11 @@ def _announce(q: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"event": "ready", "name": q.name, "router": q.endpoint,
                                "pub": q.pub_endpoint, "epoch": q.epoch, "colony": q.colony,
-                               "advertised": q.advertiser is not None}))
+                               "advertised": q.advertiser is not None, "role": q.role}))
     else:
         click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
-                   f"epoch={q.epoch}")
+                   f"epoch={q.epoch}" + ("" if q.leadership is None else
+                                         f" role={q.role} (leads once it holds the lease)"))
     sys.stdout.flush()
 
 

@@ -17,6 +17,14 @@ import msgpack
 MAX_KEY = 256
 
 
+class _Deleted:
+    def __repr__(self) -> str:
+        return "DELETED"
+
+
+DELETED: Any = _Deleted()  # a journaled memory change that deletes its key
+
+
 class MemoryError_(Exception):
     """A memory request the store refuses; ``code`` is stable."""
 
@@ -89,6 +97,18 @@ class MemoryStore:
                 if update is not None:
                     out.append(update)
         return out
+
+    def restore(self, rows: Any, now: float, wall_now: float) -> None:
+        """Take back journaled items ``(key, value, expires_wall, seq)`` after a restart
+        or a takeover; a key whose time ran out meanwhile expires at the first tick (so
+        its deletion is journaled too)."""
+        for key, value, expires, seq in rows:
+            self.items[key] = value
+            self.seq = max(self.seq, seq)
+            if expires is not None:
+                when = now + max(0.0, expires - wall_now)
+                self.expires[key] = when
+                heapq.heappush(self._timers, (when, key))
 
     def snapshot(self) -> dict[str, Any]:
         return {"op": "snap", "seq": self.seq, "items": dict(self.items)}

@@ -34,11 +34,13 @@ from meshant.core.queen_state import (
     Publish,
     QueenConfig,
     Record,
+    RecordMemory,
     Send,
 )
 from meshant.core.queen_tasks import TaskHandlers
 from meshant.core.registry import Node
 from meshant.protocol.codec import BINARY, JSON
+from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC
 
 
@@ -47,9 +49,11 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
                  authorized: Grants | None = None, archive: Any = None,
-                 restore: Iterable[dict[str, Any]] = (), now: float = 0.0) -> None:
+                 restore: Iterable[dict[str, Any]] = (),
+                 memory: Iterable[tuple[str, Any, float | None, int]] = (),
+                 now: float = 0.0) -> None:
         super().__init__(config, epoch=epoch, wall_offset=wall_offset, authorized=authorized,
-                         archive=archive, restore=restore, now=now)
+                         archive=archive, restore=restore, memory=memory, now=now)
         self._handlers: dict[str, Handler] = {
             "hello": self._on_hello,
             "hb": self._on_hb,
@@ -156,6 +160,8 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             "queued": self.scheduler.queued,
             "running": sum(f["in_flight"] for f in foragers),
             "counters": {**self.scheduler.counters, **self.counters},
+            "role": "standby" if self.standby is not None else "leader",
+            "term": self.term,
             "dead_letters": len(self.scheduler.dlq),
             "breakers": self.scheduler.breakers(),
             "recently_gone": list(self.registry.gone)[-10:],
@@ -245,6 +251,13 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             if e.code == p.errors.TOO_LARGE:
                 self._oversized_result(identity, frames[1:], now)
             return
+        if self.standby is not None:
+            if msg.kind != "error":
+                # Not this queen's colony now: say so, and where the leader is.
+                self._error_to(identity, codec, Code.NOT_LEADER, self.standby.get(
+                    "message", "this queen is a standby"), msg.id,
+                    **{k: v for k, v in self.standby.items() if k != "message"})
+            return
         node = self.registry.by_id.get(identity)
         if node is not None:
             self.registry.touch(node, now)
@@ -274,4 +287,4 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
         handler(identity, node, msg, codec, now)
 
 
-__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "Send"]
+__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "RecordMemory", "Send"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.core.memory import MemoryStore
+from meshant.core.memory import DELETED, MemoryStore
 from meshant.core.policy import Backoff
 from meshant.core.registry import Node, Registry
 from meshant.core.scheduler import Scheduler, Task
@@ -69,6 +69,7 @@ class QueenConfig:
     journal: str | None = None
     retention: float = 86_400.0
     retention_count: int = 100_000
+    lease: float = 5.0
     retry_base: float = 0.5
     retry_cap: float = 30.0
     breaker_threshold: int = 5
@@ -112,7 +113,15 @@ class Record:
     tasks: list[Task]
 
 
-Action = Send | Publish | Record
+@dataclass(frozen=True, slots=True)
+class RecordMemory:
+    """Journal colony memory changes, ``(key, value, expires_wall, seq)`` (a value of
+    ``meshant.storage.records.DELETED`` deletes), before any later action leaves."""
+
+    changes: list[tuple[str, Any, float | None, int]]
+
+
+Action = Send | Publish | Record | RecordMemory
 
 Handler = Callable[[bytes, "Node | None", p.Message, str, float], None]
 
@@ -136,7 +145,9 @@ class QueenState:
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
                  authorized: Grants | None = None, archive: Any = None,
-                 restore: Iterable[dict[str, Any]] = (), now: float = 0.0) -> None:
+                 restore: Iterable[dict[str, Any]] = (),
+                 memory: Iterable[tuple[str, Any, float | None, int]] = (),
+                 now: float = 0.0) -> None:
         c = self.config = config
         self.name = c.name
         self.epoch = epoch
@@ -152,6 +163,9 @@ class QueenState:
                                   queen=c.name, max_message=c.max_message,
                                   max_broadcast=c.max_broadcast)
         self.memory = MemoryStore(c.mem_max_keys, c.mem_max_value)
+        self._archived = archive is not None
+        if self._archived:
+            self.memory.restore(memory, now, now + wall_offset)
         self.authorized = authorized
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
@@ -159,6 +173,10 @@ class QueenState:
                                          "idempotent_hits": 0, "resubmitted": 0,
                                          "unregistered": 0}
         self.info = _Info()
+        # A standby (another queen leads the shared journal): every message gets
+        # ``not-leader`` with these fields (the leader's endpoint when known, the term).
+        self.standby: dict[str, Any] | None = None
+        self.term = 0  # the leadership term this core serves (0: no shared journal)
         self.restored = 0
         if archive is not None:
             # Final tasks stay in the archive (the journal): looked up when asked for.
@@ -195,6 +213,18 @@ class QueenState:
         return 0.0
 
     def _publish_mem(self, update: dict[str, Any]) -> None:
+        if self._archived:
+            # Durable before anyone hears of it (the journal keeps the memory across a
+            # restart or a failover).
+            key = update["key"]
+            change: tuple[str, Any, float | None, int]
+            if update.get("deleted"):
+                change = (key, DELETED, None, update["seq"])
+            else:
+                exp = self.memory.expires.get(key)
+                change = (key, update.get("value"),
+                          None if exp is None else exp + self.wall_offset, update["seq"])
+            self.out.append(RecordMemory([change]))
         msg = p.Message("mem.sync", update, frm=self.name, ts=self._wall(self._now))
         self.out.append(Publish(MEM_TOPIC, p.binary.encode(msg)))
 

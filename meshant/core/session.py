@@ -95,7 +95,15 @@ class StillWaiting:
     waited: float
 
 
-Action = SayHello | Welcomed | Lost | Forgotten | Refused | Beat | StillWaiting
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """The queen is a standby: say hello to ``leader`` next (empty: to the next queen
+    endpoint this peer knows)."""
+
+    leader: str
+
+
+Action = SayHello | Welcomed | Lost | Forgotten | Refused | Beat | StillWaiting | Redirect
 
 # Reconnecting: the first hello retry within 0.25 s, doubling up to 5 s, jittered so a
 # colony of peers does not come back in lock-step.
@@ -194,8 +202,22 @@ class PeerSession:
         self.out.append(Welcomed(first, new_epoch and not first))
 
     def on_error(self, ref: str | None, code: str, message: str, retry_after: Any,
-                 now: float) -> bool:
-        """An ``error`` from the queen: True if it was about the session (handled here)."""
+                 now: float, leader: Any = None) -> bool:
+        """An ``error`` from the queen: True if it was about the session (handled here).
+        ``leader``: a ``not-leader`` error's hint, the leading queen's endpoint."""
+        if code == Code.NOT_LEADER:
+            hint = leader if isinstance(leader, str) else ""
+            if self.state is State.ACTIVE:
+                self.out.append(Redirect(hint))
+                self._lose(now, f"the queen is a standby now ({message})")
+            elif self.state is State.HELLO and ref is not None and ref == self.hello_id:
+                # A live queen answered: try the leader (or the next queen) soon, without
+                # the backoff that is for queens that do not answer at all.
+                self.out.append(Redirect(hint))
+                self.hello_id = ""
+                self._attempt = 0
+                self._next_hello = now + self._backoff.rng.uniform(0.1, 0.3)
+            return True
         if code == Code.NOT_REGISTERED:
             if self.state is State.ACTIVE:
                 self._move(State.HELLO)
@@ -298,5 +320,5 @@ class PeerSession:
         self.out.append(SayHello())
 
 
-__all__ = ["TRANSITIONS", "Action", "Beat", "Forgotten", "Lost", "PeerSession", "Refused",
-           "SayHello", "State", "StillWaiting", "Welcomed"]
+__all__ = ["TRANSITIONS", "Action", "Beat", "Forgotten", "Lost", "PeerSession", "Redirect",
+           "Refused", "SayHello", "State", "StillWaiting", "Welcomed"]

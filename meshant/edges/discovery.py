@@ -52,6 +52,10 @@ class QueenRecord:
     host: str
     started: float = 0.0  # the queen's wall clock at start: shown, never compared
     curve: str = ""
+    # With a shared PostgreSQL journal: "leader" or "standby", and the leadership term
+    # (a queen on its own is a leader of term 0).
+    role: str = "leader"
+    term: int = 0
     # The order in which this joiner first heard of the record (its Browser counts them):
     # local, not advertised, not part of the record's identity.
     heard: int = field(default=0, compare=False)
@@ -114,7 +118,8 @@ class Advertiser:
     by the records' TTL)."""
 
     def __init__(self, *, colony: str, name: str, router: str, pub: str, epoch: str,
-                 interfaces: list[str] | None = None, curve_key: str = "") -> None:
+                 interfaces: list[str] | None = None, curve_key: str = "",
+                 role: str = "leader", term: int = 0) -> None:
         self.colony = colony
         host = _endpoint_host(router)
         if host in ("*", "0.0.0.0", ""):
@@ -124,20 +129,33 @@ class Advertiser:
         self.instance = f"{colony}-{name}-{epoch[:8]}.{SERVICE_TYPE}"
         props = {"router": router, "pub": pub, "colony": colony, "name": name,
                  "epoch": epoch, "versions": ",".join(map(str, SUPPORTED_VERSIONS)),
-                 "started": f"{time.time():.3f}"}
+                 "started": f"{time.time():.3f}", "role": role, "term": str(term)}
         if curve_key:
             props["curve"] = curve_key
-        addresses = []
+        self._props = props
+        self._addresses: list[bytes] = []
         try:
-            addresses = [socket.inet_aton(host)]
+            self._addresses = [socket.inet_aton(host)]
         except OSError:
             pass
-        self.info = ServiceInfo(SERVICE_TYPE, self.instance, addresses=addresses,
-                                port=_endpoint_port(router), properties=props,
-                                server=f"meshant-{epoch[:8]}.local.")
+        self._port = _endpoint_port(router)
+        self._server = f"meshant-{epoch[:8]}.local."
+        self.info = self._info()
         self._zc = _zeroconf(interfaces if interfaces is not None else [host])
         self._zc.register_service(self.info, allow_name_change=True)
+        self.instance = self.info.name
         log.info("advertising %s on mDNS", self.instance)
+
+    def _info(self) -> ServiceInfo:
+        return ServiceInfo(SERVICE_TYPE, self.instance, addresses=self._addresses,
+                           port=self._port, properties=dict(self._props),
+                           server=self._server)
+
+    def update(self, *, epoch: str, role: str, term: int) -> None:
+        """A takeover or a step-down: tell joiners the queen's new role and term."""
+        self._props.update(epoch=epoch, role=role, term=str(term))
+        self.info = self._info()
+        self._zc.update_service(self.info)
 
     def close(self) -> None:
         try:
@@ -158,7 +176,9 @@ def _record(info: ServiceInfo) -> QueenRecord | None:
                        name=props.get("name", ""), router=props["router"],
                        pub=props.get("pub", ""), versions=versions,
                        epoch=props.get("epoch", ""), host=info.server or "",
-                       started=_float(props.get("started")), curve=props.get("curve", ""))
+                       started=_float(props.get("started")), curve=props.get("curve", ""),
+                       role=props.get("role", "leader") or "leader",
+                       term=int(_float(props.get("term"))))
 
 
 def _float(v: str | None) -> float:
@@ -248,7 +268,9 @@ def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
     shown by ``meshant discover`` only. Two live queens advertising one colony are a
     misconfiguration: each joiner then takes the one it heard last (``meshant discover``
     lists both), and the instance name breaks a tie, so the choice is deterministic but
-    advisory.
+    advisory. Queens sharing a PostgreSQL journal advertise their role and term: a leader
+    goes before a standby, and of two leaders (a deposed one not yet stepped down) the
+    higher term wins — a number the database hands out, never a clock.
     """
     if colony is not None:
         queens = [q for q in queens if q.colony == colony]
@@ -261,7 +283,7 @@ def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
         listing = ", ".join(f"{q.colony} ({q.router})" for q in queens)
         raise MeshantError(f"several colonies found: {listing}; choose one with --colony",
                            code=Code.AMBIGUOUS)
-    return max(queens, key=lambda q: (q.heard, q.instance))
+    return max(queens, key=lambda q: (q.role == "leader", q.term, q.heard, q.instance))
 
 
 class Follower:

@@ -42,6 +42,7 @@ class Code(StrEnum):
     TOO_MANY_PEERS = "too-many-peers"
     UNSUPPORTED = "unsupported"
     BAD_TOPIC = "bad-topic"
+    NOT_LEADER = "not-leader"  # a standby queen: ``leader`` names the leader's endpoint
 
     # A task's final error (``code``), stable for scripts. TOO_LARGE above also ends one.
     HANDLER_ERROR = "handler-error"

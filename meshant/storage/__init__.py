@@ -1,1 +1,29 @@
-"""Storage: the queen's journal."""
+"""Storage: the queen's journal, on SQLite (embedded, the default) or PostgreSQL (shared
+by several queens, one of which leads: see docs/ha.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshant.storage.records import Deposed, JournalError, JournalUnavailable
+
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(spec: str | None) -> bool:
+    """Whether a ``--journal`` value names a PostgreSQL database rather than a file."""
+    return bool(spec) and str(spec).startswith(PG_SCHEMES)
+
+
+def open_journal(spec: str, *, readonly: bool = False) -> Any:
+    """The journal ``spec`` names: a PostgreSQL URL, or an SQLite file path."""
+    if is_postgres(spec):
+        from meshant.storage.pg import PgJournal
+
+        return PgJournal(spec, readonly=readonly)
+    from meshant.storage.journal import Journal
+
+    return Journal(spec, readonly=readonly)
+
+
+__all__ = ["Deposed", "JournalError", "JournalUnavailable", "is_postgres", "open_journal"]

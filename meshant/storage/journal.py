@@ -9,7 +9,6 @@ event's hash and its own fields, so an altered or removed entry shows in ``verif
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import sqlite3
 import threading
@@ -18,13 +17,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import msgpack
+from meshant.storage.reading import JournalReader
+from meshant.storage.records import (
+    EVENT,
+    INSERT,
+    MEM_DEL,
+    MEM_SET,
+    SELECT,
+    UPDATE,
+    Batch,
+    JournalError,
+    TaskLog,
+    memory_batch,
+)
+from meshant.storage.records import chain as chain  # re-exported: tests and tools use it
 
-from meshant.protocol.message import Blob
-
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP = "meshant-journal"
-_BLOB_EXT = 2
 
 # The WAL's bound. The checkpoint thread copies the WAL into the database every second
 # (PASSIVE: it never blocks the queen). Under steady writes a PASSIVE checkpoint never
@@ -85,49 +94,25 @@ CREATE TABLE events (
     hash TEXT NOT NULL,
     PRIMARY KEY (task_id, seq)
 );
+CREATE TABLE memory (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    expires REAL,
+    seq INTEGER NOT NULL
+);
 """
 
-# Version 1 to 2: a task's own retry policy.
-_MIGRATE_2 = """
-ALTER TABLE tasks ADD COLUMN retry_base REAL;
-ALTER TABLE tasks ADD COLUMN retry_cap REAL;
-"""
+# Each version's steps, applied in order to an older journal (in one transaction).
+_MIGRATIONS = {
+    # A task's own retry policy.
+    2: ("ALTER TABLE tasks ADD COLUMN retry_base REAL",
+        "ALTER TABLE tasks ADD COLUMN retry_cap REAL"),
+    # The colony memory survives a restart.
+    3: ("CREATE TABLE memory (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL, "
+        "seq INTEGER NOT NULL)",),
+}
 
-_COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
-         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
-         "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap")
-_SELECT = f"SELECT {', '.join(_COLS)} FROM tasks"
-_INSERT = (f"INSERT OR REPLACE INTO tasks ({', '.join(_COLS)}) "
-           f"VALUES ({', '.join('?' * len(_COLS))})")
-
-
-class JournalError(Exception):
-    """The journal file cannot be used (corrupt, foreign, or a newer schema)."""
-
-
-def _pack(v: Any) -> bytes:
-    def default(o: Any) -> Any:
-        if isinstance(o, Blob):
-            return msgpack.ExtType(_BLOB_EXT, bytes(o))
-        raise TypeError(f"cannot journal {type(o).__name__}")
-    out: bytes = msgpack.packb(v, default=default)
-    return out
-
-
-def _unpack(b: bytes | None) -> Any:
-    if b is None:
-        return None
-
-    def ext(code: int, data: bytes) -> Any:
-        return Blob(data) if code == _BLOB_EXT else msgpack.ExtType(code, data)
-    return msgpack.unpackb(b, ext_hook=ext)
-
-
-def chain(prev: str, task_id: str, seq: int, ts: float, state: str, why: str) -> str:
-    return hashlib.sha256(f"{prev}|{task_id}|{seq}|{ts:.6f}|{state}|{why}".encode()).hexdigest()
-
-
-class Journal:
+class Journal(JournalReader):
     """One SQLite file. Not thread-safe: the queen's I/O thread owns it. A thread of the
     journal's own, on its own connection, checkpoints the WAL and prunes (see ``retain``)."""
 
@@ -142,7 +127,7 @@ class Journal:
         existed = self.path != ":memory:" and Path(self.path).exists() and (
             Path(self.path).stat().st_size > 0)
         self._lock_fd: int | None = None
-        self._last: dict[str, tuple[int, str]] = {}
+        self._log = TaskLog(self._tail)
         self._version = SCHEMA_VERSION
         self._retain: tuple[float, int, float] | None = None
         if self.path != ":memory:" and not readonly:
@@ -310,12 +295,12 @@ class Journal:
             raise JournalError(f"{self.path} has journal schema {version}; this meshant "
                                f"reads up to {SCHEMA_VERSION}: upgrade meshant")
         self._version = version
-        if version < 2 and not self.readonly:
-            # In place, in one transaction: a journal is either version 1 or version 2.
+        if version < SCHEMA_VERSION and not self.readonly:
+            # In place, in one transaction: a journal is at one version or the next.
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                for stmt in _MIGRATE_2.strip().split(";"):
-                    if stmt.strip():
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    for stmt in _MIGRATIONS[v]:
                         self.db.execute(stmt)
                 self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                                 (str(SCHEMA_VERSION),))
@@ -332,58 +317,36 @@ class Journal:
 
         ``to_wall`` converts the scheduler's monotonic times to wall-clock times.
         """
-        inserts = []
-        updates = []
-        events = []
-        now = time.time()
-        for t in tasks:
-            forager = t.current.node.name if t.current is not None else None
-            final = _pack(t.final) if t.final is not None else None
-            if t.logged == 0 and not t.restored:
-                # First sight of the task: the whole row, payload included (only now).
-                inserts.append((t.id, t.capability, _pack(t.payload), t.client_name,
-                                t.priority, t.timeout, t.to, _pack(t.labels), t.max_attempts,
-                                t.wait, t.state, t.attempt, t.tries, forager,
-                                t.submitted + to_wall, now, final, t.key, int(t.dead),
-                                t.retry_base, t.retry_cap))
-            else:
-                updates.append((t.state, t.attempt, t.tries, forager, now, final,
-                                int(t.dead), t.id))
-            seq, prev = self._last.get(t.id, (0, ""))
-            if seq == 0 and t.restored and t.id not in self._last:
-                seq, prev = self._tail(t.id)  # first write since the restart
-            for mono, state, why in t.history[t.logged:]:
-                seq += 1
-                ts = round(mono + to_wall, 6)
-                prev = chain(prev, t.id, seq, ts, state, why)
-                events.append((t.id, seq, ts, state, why, prev))
-            t.logged = max(len(t.history), 1)
-            if t.final is not None:
-                self._last.pop(t.id, None)
-            else:
-                self._last[t.id] = (seq, prev)
-        if not (inserts or updates):
+        self.write(self._log.prepare(tasks, to_wall, time.time()))
+
+    def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
+        """Write colony memory changes: ``(key, value, expires_wall, seq)``, a value of
+        ``records.DELETED`` for a deletion."""
+        self.write(memory_batch(changes))
+
+    def write(self, batch: Batch) -> None:
+        """One batch in one transaction."""
+        if not batch:
             return
         db = self.db
         # IMMEDIATE: the write lock now (waiting out a prune batch or a checkpoint of the
         # checkpoint thread, a few milliseconds), never a stale snapshot to upgrade.
         db.execute("BEGIN IMMEDIATE")
         try:
-            if inserts:
-                db.executemany(_INSERT, inserts)
-            if updates:
-                db.executemany("UPDATE tasks SET state=?, attempt=?, tries=?, forager=?, "
-                               "updated=?, final=?, dead=? WHERE id=?", updates)
-            db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?)", events)
+            if batch.inserts:
+                db.executemany(INSERT, batch.inserts)
+            if batch.updates:
+                db.executemany(UPDATE, batch.updates)
+            if batch.events:
+                db.executemany(EVENT, batch.events)
+            if batch.mem_set:
+                db.executemany(MEM_SET, batch.mem_set)
+            if batch.mem_del:
+                db.executemany(MEM_DEL, batch.mem_del)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-
-    def _tail(self, task_id: str) -> tuple[int, str]:
-        row = self.db.execute("SELECT seq, hash FROM events WHERE task_id=? ORDER BY seq DESC "
-                              "LIMIT 1", (task_id,)).fetchone()
-        return (row[0], row[1]) if row else (0, "")
 
     def prune(self, before: float, keep: int) -> int:
         """Forget final tasks updated before ``before`` (wall), and beyond the newest
@@ -431,92 +394,23 @@ class Journal:
         self.db.close()
         self._unlock()
 
-    # -- reading ------------------------------------------------------------------------
+    # -- reading (the queries are JournalReader's) -----------------------------------------
 
-    _COLS = _COLS
+    def _all(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, args).fetchall()
+
+    def _one(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self.db.execute(sql, args).fetchone()
+        return row
 
     @property
     def _select(self) -> str:
         if self._version >= 2:
-            return _SELECT
+            return SELECT
         # A version-1 journal opened read-only (not migrated): no retry policy columns.
-        return _SELECT.replace("retry_base, retry_cap", "NULL, NULL")
+        return SELECT.replace("retry_base, retry_cap", "NULL, NULL")
 
-    def _row(self, r: tuple[Any, ...]) -> dict[str, Any]:
-        d = dict(zip(self._COLS, r, strict=True))
-        for k in ("payload", "labels", "final"):
-            d[k] = _unpack(d[k])
-        return d
-
-    def unfinished(self) -> list[dict[str, Any]]:
-        """What a restarted queen must hold in memory, oldest first: the unfinished
-        tasks, and the dead letters (final, failed, in the dead-letter queue). Other
-        final tasks stay on disk: ``find`` and ``find_key`` look them up on demand."""
-        rows = self.db.execute(self._select + " WHERE final IS NULL OR dead != 0 "
-                               "ORDER BY created").fetchall()
-        return [self._row(r) for r in rows]
-
-    def find(self, task_id: str, *, events: bool = False) -> dict[str, Any] | None:
-        """One task's row (``final`` included), or None; with ``events``, its history
-        too (as ``task`` gives it)."""
-        r = self.db.execute(self._select + " WHERE id=?", (task_id,)).fetchone()
-        if r is None:
-            return None
-        d = self._row(r)
-        if events:
-            d["events"] = self._events(task_id)
-        return d
-
-    def find_key(self, key: str) -> dict[str, Any] | None:
-        """The newest task submitted with idempotency key ``key``, or None."""
-        r = self.db.execute(self._select + " WHERE idem_key=? ORDER BY created DESC LIMIT 1",
-                            (key,)).fetchone()
-        return self._row(r) if r is not None else None
-
-    def has(self, task_id: str) -> bool:
-        """Whether the journal holds a task with this id (cheap: the primary key)."""
-        return self.db.execute("SELECT 1 FROM tasks WHERE id=?",
-                               (task_id,)).fetchone() is not None
-
-    def _events(self, task_id: str) -> list[dict[str, Any]]:
-        return [dict(zip(("seq", "ts", "state", "why", "hash"), e, strict=True))
-                for e in self.db.execute("SELECT seq, ts, state, why, hash FROM events "
-                                         "WHERE task_id=? ORDER BY seq", (task_id,))]
-
-    def tasks(self, state: str | None = None, capability: str | None = None,
-              limit: int = 1000) -> list[dict[str, Any]]:
-        q = self._select + " WHERE 1=1"
-        args: list[Any] = []
-        if state:
-            q += " AND state=?"
-            args.append(state)
-        if capability:
-            q += " AND capability=?"
-            args.append(capability)
-        q += " ORDER BY created DESC LIMIT ?"
-        args.append(limit)
-        return [self._row(r) for r in self.db.execute(q, args).fetchall()]
-
-    def task(self, task_id: str) -> dict[str, Any] | None:
-        return self.find(task_id, events=True)
-
-    def verify(self, task_id: str | None = None) -> list[str]:
-        """Problems found in the hash chains (an empty list: intact)."""
-        q = "SELECT task_id, seq, ts, state, why, hash FROM events"
-        args: tuple[Any, ...] = ()
-        if task_id is not None:
-            q += " WHERE task_id=?"
-            args = (task_id,)
-        q += " ORDER BY task_id, seq"
-        problems = []
-        cur_task, prev, expect = None, "", 1
-        for tid, seq, ts, state, why, h in self.db.execute(q, args):
-            if tid != cur_task:
-                cur_task, prev, expect = tid, "", 1
-            if seq != expect:
-                problems.append(f"task {tid}: entry {expect} is missing (next is {seq})")
-            good = chain(prev, tid, seq, ts, state, why)
-            if h != good:
-                problems.append(f"task {tid}: entry {seq} ({state}) was altered")
-            prev, expect = h, seq + 1
-        return problems
+    def memory(self) -> list[tuple[str, Any, float | None, int]]:
+        if self._version < 3:
+            return []  # an older journal opened read-only: no memory table
+        return super().memory()

@@ -1,0 +1,279 @@
+"""The journal on PostgreSQL (``--journal postgresql://…``): the same tables, the same
+hash chains and the same queries as the SQLite journal, in a schema ``meshant`` of the
+database, shared by every queen of a colony (one leads: see
+:mod:`meshant.storage.leadership`).
+
+Every write of a leader is fenced by its term: its transaction first takes the lease row
+``FOR SHARE`` and finds its own term there, or writes nothing and raises
+:class:`~meshant.storage.records.Deposed`. A takeover (which bumps the term) waits for a
+write in progress and fences every later one. psycopg 3 is an optional dependency
+(``pip install 'meshant[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from meshant.storage.reading import JournalReader
+from meshant.storage.records import (
+    EVENT,
+    INSERT,
+    MEM_DEL,
+    MEM_SET,
+    UPDATE,
+    Batch,
+    Deposed,
+    JournalError,
+    TaskLog,
+    memory_batch,
+)
+
+SCHEMA = "meshant"
+SCHEMA_VERSION = 3
+APP = "meshant-journal"
+CONNECT_TIMEOUT = 2  # seconds: a database that does not answer is retried, not waited for
+RETRY_EVERY = 0.25  # seconds between attempts while the database is away
+LOCK_KEY = 0x6D657368  # pg_advisory_xact_lock key: one queen creates the schema
+
+_DDL = f"""
+CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    capability TEXT NOT NULL,
+    payload BYTEA,
+    client_name TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    timeout DOUBLE PRECISION,
+    to_name TEXT,
+    labels BYTEA,
+    max_attempts INTEGER NOT NULL,
+    wait DOUBLE PRECISION NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    tries INTEGER NOT NULL,
+    forager TEXT,
+    created DOUBLE PRECISION NOT NULL,
+    updated DOUBLE PRECISION NOT NULL,
+    final BYTEA,
+    idem_key TEXT,
+    dead INTEGER NOT NULL DEFAULT 0,
+    retry_base DOUBLE PRECISION,
+    retry_cap DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS tasks_key ON tasks (idem_key);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks (state);
+CREATE INDEX IF NOT EXISTS tasks_unfinished ON tasks (created) WHERE final IS NULL OR dead != 0;
+CREATE TABLE IF NOT EXISTS events (
+    task_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ts DOUBLE PRECISION NOT NULL,
+    state TEXT NOT NULL,
+    why TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+CREATE TABLE IF NOT EXISTS memory (
+    key TEXT PRIMARY KEY,
+    value BYTEA NOT NULL,
+    expires DOUBLE PRECISION,
+    seq BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    term BIGINT NOT NULL,
+    holder TEXT,
+    name TEXT,
+    endpoint TEXT,
+    pub TEXT,
+    expires TIMESTAMPTZ NOT NULL
+);
+INSERT INTO lease VALUES (1, 0, NULL, NULL, NULL, NULL, '-infinity') ON CONFLICT DO NOTHING;
+"""
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise JournalError("a PostgreSQL journal needs psycopg 3: pip install "
+                           "'meshant[postgres]'") from None
+    return psycopg
+
+
+def translate(sql: str) -> str:
+    """SQLite-style SQL (``?`` placeholders, BLOB/REAL columns) as PostgreSQL reads it."""
+    sql = sql.replace("?", "%s")
+    sql = re.sub(r"\bBLOB\b", "BYTEA", sql)
+    return re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def connect(url: str) -> Any:
+    """A connection in autocommit mode with the meshant schema first on its path."""
+    psycopg = _psycopg()
+    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    conn.execute(f"SET search_path TO {SCHEMA}")
+    return conn
+
+
+class PgJournal(JournalReader):
+    """The journal in a PostgreSQL database. Not thread-safe: the queen's I/O thread owns
+    it (the leadership thread has a connection of its own).
+
+    ``term``: set by a leader; every write is then fenced by it. ``patience``: called
+    while the database is away; as long as it returns True, reads and writes are tried
+    again (a leader waits while its lease is valid), else they raise."""
+
+    def __init__(self, url: str, *, readonly: bool = False) -> None:
+        self.url = url
+        self.path = redact(url)
+        self.readonly = readonly
+        self.term: int | None = None
+        self.patience: Callable[[], bool] = lambda: False
+        self._sql: dict[str, str] = {}
+        self._log = TaskLog(self._tail)
+        self.pruned = 0
+        self._retain: tuple[float, int, float] | None = None
+        psycopg = _psycopg()
+        self._errors = (psycopg.OperationalError, psycopg.InterfaceError)
+        try:
+            self.db = connect(url)
+        except self._errors as e:
+            raise JournalError(f"cannot reach the journal database {self.path}: "
+                               f"{str(e).strip()}") from None
+        except psycopg.Error as e:
+            raise JournalError(f"{self.path}: {str(e).strip()}") from None
+        try:
+            self._prepare_schema()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _prepare_schema(self) -> None:
+        db = self.db
+        exists = db.execute("SELECT 1 FROM information_schema.tables WHERE table_schema=%s "
+                            "AND table_name='meta'", (SCHEMA,)).fetchone() is not None
+        if not exists:
+            if self.readonly:
+                raise JournalError(f"{self.path} holds no meshant journal (schema {SCHEMA!r}"
+                                   " has no tables): start a queen with this --journal first")
+            with db.transaction():
+                # Two queens starting at once: one creates, the other finds it done.
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                db.execute(_DDL)
+                db.execute("INSERT INTO meta VALUES ('app', %s), ('schema_version', %s), "
+                           "('created', %s) ON CONFLICT DO NOTHING",
+                           (APP, str(SCHEMA_VERSION), f"{time.time():.3f}"))
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("app") != APP:
+            raise JournalError(f"{self.path} has a schema {SCHEMA!r} that is not a meshant "
+                               "journal; it was left as it is")
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise JournalError(f"{self.path} has journal schema {version}; this meshant "
+                               f"reads up to {SCHEMA_VERSION}: upgrade meshant")
+
+    def reset_chains(self) -> None:
+        """Forget the hash chains' tails: another queen may have written since (a new
+        term). Each task's tail is read back before its next event."""
+        self._log = TaskLog(self._tail)
+
+    def retain(self, seconds: float, count: int, every: float = 60.0) -> None:
+        """What ``prune`` forgets, and how often: the leader's lease thread does it."""
+        self._retain = (seconds, count, every)
+
+    # -- the database going away --------------------------------------------------------
+
+    def _q(self, sql: str) -> str:
+        out = self._sql.get(sql)
+        if out is None:
+            out = self._sql[sql] = translate(sql)
+        return out
+
+    def _retrying(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run ``fn`` on a live connection, reconnecting while the database is away and
+        ``patience`` allows; then raise JournalError."""
+        while True:
+            try:
+                if self.db.closed or self.db.broken:
+                    self.db = connect(self.url)
+                return fn()
+            except self._errors as e:
+                if not self.patience():
+                    raise JournalError(f"the journal database {self.path} is unreachable "
+                                       f"({what}): {str(e).strip()}") from None
+                time.sleep(RETRY_EVERY)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def record(self, tasks: Iterable[Any], to_wall: float) -> None:
+        """Write what changed in ``tasks`` in one transaction (see ``write``)."""
+        self.write(self._log.prepare(tasks, to_wall, time.time()))
+
+    def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
+        """Write colony memory changes (as the SQLite journal's ``record_memory``)."""
+        self.write(memory_batch(changes))
+
+    def write(self, batch: Batch) -> None:
+        """One batch in one transaction, fenced by ``term``. The same batch is written
+        again after a lost connection (its rows are upserts; its events are skipped if
+        they are in already), so an unanswered commit does no harm."""
+        if batch:
+            self._retrying(lambda: self._write(batch), "writing")
+
+    def _write(self, batch: Batch) -> None:
+        db = self.db
+        with db.transaction(), db.cursor() as cur:
+            if self.term is not None:
+                row = cur.execute("SELECT term FROM lease WHERE id=1 FOR SHARE").fetchone()
+                if row is None or row[0] != self.term:
+                    raise Deposed(f"term {self.term} is over: queen term "
+                                  f"{row[0] if row else '?'} leads now")
+            for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
+                              (EVENT, batch.events), (MEM_SET, batch.mem_set),
+                              (MEM_DEL, batch.mem_del)):
+                if rows:
+                    cur.executemany(self._q(sql), rows)
+
+    def prune(self, before: float, keep: int, db: Any = None) -> int:
+        """Forget final tasks (not dead letters) updated before ``before`` (wall) and
+        beyond the newest ``keep`` final ones. Returns how many went."""
+        db = db or self.db
+        with db.transaction():
+            cur = db.execute(
+                "WITH old AS (SELECT id FROM tasks WHERE final IS NOT NULL AND dead = 0 AND "
+                "(updated < %s OR id NOT IN (SELECT id FROM tasks WHERE final IS NOT NULL "
+                "ORDER BY updated DESC LIMIT %s))), "
+                "gone AS (DELETE FROM events WHERE task_id IN (SELECT id FROM old)) "
+                "DELETE FROM tasks WHERE id IN (SELECT id FROM old)", (before, keep))
+            n = int(cur.rowcount or 0)
+        self.pruned += n
+        return n
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        except Exception:  # closing a broken connection
+            pass
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _all(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        q = self._q(sql)
+        rows: list[tuple[Any, ...]] = self._retrying(
+            lambda: self.db.execute(q, args).fetchall(), "reading")
+        return rows
+
+    def _one(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> tuple[Any, ...] | None:
+        q = self._q(sql)
+        row: tuple[Any, ...] | None = self._retrying(
+            lambda: self.db.execute(q, args).fetchone(), "reading")
+        return row

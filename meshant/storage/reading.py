@@ -1,0 +1,113 @@
+"""The journal's read side, the same SQL over either backend: what a restarted (or newly
+leading) queen takes back, lookups of final tasks, and the ``meshant tasks``/``task``/
+``journal verify`` views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshant.storage.records import COLS, SELECT, chain, unpack
+
+
+class JournalReader:
+    """Mixed into each backend, which supplies ``_all`` and ``_one`` (``?`` placeholders)."""
+
+    def _all(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _one(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> tuple[Any, ...] | None:
+        raise NotImplementedError
+
+    @property
+    def _select(self) -> str:
+        return SELECT
+
+    @staticmethod
+    def _row(r: tuple[Any, ...]) -> dict[str, Any]:
+        d = dict(zip(COLS, r, strict=True))
+        for k in ("payload", "labels", "final"):
+            d[k] = unpack(d[k])
+        return d
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        """What a restarted queen must hold in memory, oldest first: the unfinished
+        tasks, and the dead letters (final, failed, in the dead-letter queue). Other
+        final tasks stay on disk: ``find`` and ``find_key`` look them up on demand."""
+        rows = self._all(self._select + " WHERE final IS NULL OR dead != 0 ORDER BY created")
+        return [self._row(r) for r in rows]
+
+    def find(self, task_id: str, *, events: bool = False) -> dict[str, Any] | None:
+        """One task's row (``final`` included), or None; with ``events``, its history
+        too (as ``task`` gives it)."""
+        r = self._one(self._select + " WHERE id=?", (task_id,))
+        if r is None:
+            return None
+        d = self._row(r)
+        if events:
+            d["events"] = self._events(task_id)
+        return d
+
+    def find_key(self, key: str) -> dict[str, Any] | None:
+        """The newest task submitted with idempotency key ``key``, or None."""
+        r = self._one(self._select + " WHERE idem_key=? ORDER BY created DESC LIMIT 1",
+                      (key,))
+        return self._row(r) if r is not None else None
+
+    def has(self, task_id: str) -> bool:
+        """Whether the journal holds a task with this id (cheap: the primary key)."""
+        return self._one("SELECT 1 FROM tasks WHERE id=?", (task_id,)) is not None
+
+    def _events(self, task_id: str) -> list[dict[str, Any]]:
+        return [dict(zip(("seq", "ts", "state", "why", "hash"), e, strict=True))
+                for e in self._all("SELECT seq, ts, state, why, hash FROM events "
+                                   "WHERE task_id=? ORDER BY seq", (task_id,))]
+
+    def _tail(self, task_id: str) -> tuple[int, str]:
+        row = self._one("SELECT seq, hash FROM events WHERE task_id=? ORDER BY seq DESC "
+                        "LIMIT 1", (task_id,))
+        return (int(row[0]), str(row[1])) if row else (0, "")
+
+    def tasks(self, state: str | None = None, capability: str | None = None,
+              limit: int = 1000) -> list[dict[str, Any]]:
+        """Journaled tasks, newest first, optionally of one state or capability."""
+        q = self._select + " WHERE 1=1"
+        args: list[Any] = []
+        if state:
+            q += " AND state=?"
+            args.append(state)
+        if capability:
+            q += " AND capability=?"
+            args.append(capability)
+        q += " ORDER BY created DESC LIMIT ?"
+        args.append(limit)
+        return [self._row(r) for r in self._all(q, args)]
+
+    def task(self, task_id: str) -> dict[str, Any] | None:
+        """One task with its history."""
+        return self.find(task_id, events=True)
+
+    def memory(self) -> list[tuple[str, Any, float | None, int]]:
+        """The colony memory as journaled: ``(key, value, expires_wall, seq)``."""
+        return [(k, unpack(v), e, int(s)) for k, v, e, s in
+                self._all("SELECT key, value, expires, seq FROM memory ORDER BY seq")]
+
+    def verify(self, task_id: str | None = None) -> list[str]:
+        """Problems found in the hash chains (an empty list: intact)."""
+        q = "SELECT task_id, seq, ts, state, why, hash FROM events"
+        args: tuple[Any, ...] = ()
+        if task_id is not None:
+            q += " WHERE task_id=?"
+            args = (task_id,)
+        q += " ORDER BY task_id, seq"
+        problems = []
+        cur_task, prev, expect = None, "", 1
+        for tid, seq, ts, state, why, h in self._all(q, args):
+            if tid != cur_task:
+                cur_task, prev, expect = tid, "", 1
+            if seq != expect:
+                problems.append(f"task {tid}: entry {expect} is missing (next is {seq})")
+            good = chain(prev, tid, seq, ts, state, why)
+            if h != good:
+                problems.append(f"task {tid}: entry {seq} ({state}) was altered")
+            prev, expect = h, seq + 1
+        return problems

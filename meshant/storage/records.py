@@ -1,0 +1,144 @@
+"""What both journal backends write, and how: the task rows, the hash-chained events,
+the colony memory rows, gathered into a :class:`Batch`.
+
+A batch is built (``TaskLog.prepare``) before it is written, so a write that fails (the
+database went away) can be tried again with the very same rows: the hash chain and the
+tasks' ``logged`` marks move once, when the batch is built, never twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from meshant.core.memory import DELETED
+from meshant.protocol.message import Blob
+
+_BLOB_EXT = 2
+
+# The task row, in column order (both backends, every query).
+COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
+        "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
+        "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap")
+SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
+# An upsert both SQLite (3.24+) and PostgreSQL read the same way.
+INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
+          "ON CONFLICT (id) DO UPDATE SET "
+          + ", ".join(f"{c}=excluded.{c}" for c in COLS[1:]))
+UPDATE = ("UPDATE tasks SET state=?, attempt=?, tries=?, forager=?, updated=?, final=?, "
+          "dead=? WHERE id=?")
+# A batch written twice (its first commit's answer was lost) must not fail on its events.
+EVENT = "INSERT INTO events VALUES (?,?,?,?,?,?) ON CONFLICT (task_id, seq) DO NOTHING"
+MEM_SET = ("INSERT INTO memory (key, value, expires, seq) VALUES (?,?,?,?) ON CONFLICT (key) "
+           "DO UPDATE SET value=excluded.value, expires=excluded.expires, seq=excluded.seq")
+MEM_DEL = "DELETE FROM memory WHERE key=?"
+
+
+class JournalError(Exception):
+    """The journal cannot be used (corrupt, foreign, a newer schema, unreachable)."""
+
+
+class JournalUnavailable(JournalError):
+    """A write did not reach the database (it went away). ``batch`` is what to write
+    again once it is back; nothing after it may leave before it does."""
+
+    def __init__(self, message: str, batch: Batch) -> None:
+        super().__init__(message)
+        self.batch = batch
+
+
+class Deposed(JournalError):
+    """This queen's term is over: another queen leads. Nothing was written."""
+
+
+def pack(v: Any) -> bytes:
+    def default(o: Any) -> Any:
+        if isinstance(o, Blob):
+            return msgpack.ExtType(_BLOB_EXT, bytes(o))
+        raise TypeError(f"cannot journal {type(o).__name__}")
+    out: bytes = msgpack.packb(v, default=default)
+    return out
+
+
+def unpack(b: bytes | None) -> Any:
+    if b is None:
+        return None
+
+    def ext(code: int, data: bytes) -> Any:
+        return Blob(data) if code == _BLOB_EXT else msgpack.ExtType(code, data)
+    return msgpack.unpackb(bytes(b), ext_hook=ext)
+
+
+def chain(prev: str, task_id: str, seq: int, ts: float, state: str, why: str) -> str:
+    return hashlib.sha256(f"{prev}|{task_id}|{seq}|{ts:.6f}|{state}|{why}".encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Batch:
+    """Rows for one transaction."""
+
+    inserts: list[tuple[Any, ...]] = field(default_factory=list)
+    updates: list[tuple[Any, ...]] = field(default_factory=list)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    mem_set: list[tuple[Any, ...]] = field(default_factory=list)
+    mem_del: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.inserts or self.updates or self.mem_set or self.mem_del)
+
+
+class TaskLog:
+    """The hash chains' tails, per unfinished task, and the building of batches."""
+
+    def __init__(self, tail: Callable[[str], tuple[int, str]]) -> None:
+        self._tail = tail  # (seq, hash) of a task's last stored event
+        self._last: dict[str, tuple[int, str]] = {}
+
+    def prepare(self, tasks: Iterable[Any], to_wall: float, now: float) -> Batch:
+        """The rows for what changed in ``tasks`` (scheduler Task objects); ``to_wall``
+        converts their monotonic times to wall-clock ones, ``now`` is the wall time."""
+        b = Batch()
+        last = self._last
+        for t in tasks:
+            forager = t.current.node.name if t.current is not None else None
+            final = pack(t.final) if t.final is not None else None
+            if t.logged == 0 and not t.restored:
+                # First sight of the task: the whole row, payload included (only now).
+                b.inserts.append((t.id, t.capability, pack(t.payload), t.client_name,
+                                  t.priority, t.timeout, t.to, pack(t.labels), t.max_attempts,
+                                  t.wait, t.state, t.attempt, t.tries, forager,
+                                  t.submitted + to_wall, now, final, t.key, int(t.dead),
+                                  t.retry_base, t.retry_cap))
+            else:
+                b.updates.append((t.state, t.attempt, t.tries, forager, now, final,
+                                  int(t.dead), t.id))
+            seq, prev = last.get(t.id, (0, ""))
+            if seq == 0 and t.restored and t.id not in last:
+                seq, prev = self._tail(t.id)  # first write since the restart
+            for mono, state, why in t.history[t.logged:]:
+                seq += 1
+                ts = round(mono + to_wall, 6)
+                prev = chain(prev, t.id, seq, ts, state, why)
+                b.events.append((t.id, seq, ts, state, why, prev))
+            t.logged = max(len(t.history), 1)
+            if t.final is not None:
+                last.pop(t.id, None)
+            else:
+                last[t.id] = (seq, prev)
+        return b
+
+
+def memory_batch(changes: Iterable[tuple[str, Any, float | None, int]]) -> Batch:
+    """Rows for colony memory changes: ``(key, value, expires_wall, seq)``; a value of
+    ``DELETED`` deletes the key."""
+    b = Batch()
+    for key, value, expires, seq in changes:
+        if value is DELETED:
+            b.mem_del.append((key,))
+        else:
+            b.mem_set.append((key, pack(value), expires, seq))
+    return b
