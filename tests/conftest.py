@@ -33,6 +33,26 @@ def colony(ctx: zmq.Context[Any]) -> Iterator[Colony]:
     col.close()
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One throwaway PostgreSQL server for the session (tests/pg_server.py)."""
+    from tests.pg_server import PgServer
+
+    srv = PgServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any, request: pytest.FixtureRequest) -> str:
+    """A fresh database of that server, for one test."""
+    import re
+    import secrets
+
+    name = re.sub(r"\W+", "_", request.node.name.lower())[:40] + "_" + secrets.token_hex(3)
+    return str(pg_server.create_db(name))
+
+
 def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll ``pred`` until it is truthy (returned) or fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

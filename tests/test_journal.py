@@ -14,6 +14,7 @@ import pytest
 from meshant import Client, MeshantError, Queen
 from meshant.core.scheduler import DuplicateTask
 from meshant.core.tasks import Task
+from meshant.storage import is_postgres, open_journal
 from meshant.storage.journal import Journal
 
 from .conftest import Colony, Procs, wait_for
@@ -22,15 +23,42 @@ from .test_cli import meshant
 HB = ("--hb-interval", "0.2", "--hb-misses", "5")
 
 
-class Restartable:
-    """A CLI queen on ipc endpoints and a journal in tmp_path, restartable in place."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A journal to run a test on: an SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "q.db")
+    return str(request.getfixturevalue("pg_url"))
 
-    def __init__(self, procs: Procs, tmp_path: Path, *extra: str) -> None:
+
+def sql(spec: str, statement: str, args: tuple[object, ...] = ()) -> None:
+    """Run a statement on a journal behind meshant's back (tampering, for the tests)."""
+    if is_postgres(spec):
+        import psycopg
+
+        with psycopg.connect(spec, autocommit=True) as conn:
+            conn.execute("SET search_path TO meshant")
+            conn.execute(statement.replace("?", "%s"), args)
+        return
+    db = sqlite3.connect(spec)
+    db.execute(statement, args)
+    db.commit()
+    db.close()
+
+
+class Restartable:
+    """A CLI queen on ipc endpoints and a journal (in tmp_path, or the one given),
+    restartable in place."""
+
+    def __init__(self, procs: Procs, tmp_path: Path, *extra: str,
+                 journal: str | None = None) -> None:
         self.procs = procs
         self.router = f"ipc://{tmp_path}/r"
-        self.journal = str(tmp_path / "q.db")
+        self.journal = journal or str(tmp_path / "q.db")
+        # On PostgreSQL a restarted queen leads once the killed one's lease lapses.
+        lease = ("--lease", "1") if is_postgres(self.journal) else ()
         self.args = ("queen", "--bind", self.router, "--pub", f"ipc://{tmp_path}/p",
-                     "--json", "--journal", self.journal, *HB, *extra)
+                     "--json", "--journal", self.journal, *HB, *lease, *extra)
         self.proc = self.start()
 
     def start(self) -> subprocess.Popen[str]:
@@ -66,9 +94,9 @@ def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
-                                                                    tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
+def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(
+        procs: Procs, tmp_path: Path, backend: str) -> None:
+    q = Restartable(procs, tmp_path, journal=backend)
     router, journal = q.router, q.journal
     for i in range(3):
         procs.forager(router, "--name", f"f{i}", "--slots", "4")
@@ -89,8 +117,9 @@ def test_queen_killed_with_tasks_in_flight_restarts_losing_nothing(procs: Procs,
 
 
 @pytest.mark.slow
-def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path) -> None:
-    journal = str(tmp_path / "q.db")
+def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path,
+                                           backend: str) -> None:
+    journal = backend
     _, ep = procs.queen("--journal", journal)
     procs.forager(ep)
     with Client(ep) as c:
@@ -102,19 +131,13 @@ def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path) -> None
     for state in ("queued", "assigned", "completed"):
         assert state in r.stdout
     assert "history intact" in r.stdout
-    db = sqlite3.connect(journal)
-    db.execute("UPDATE events SET why='nothing to see' WHERE task_id=? AND seq=2",
-               (fut.task_id,))
-    db.commit()
-    db.close()
+    sql(journal, "UPDATE events SET why='nothing to see' WHERE task_id=? AND seq=2",
+        (fut.task_id,))
     r = meshant("task", fut.task_id, "--journal", journal, "--verify")
     assert r.returncode == 1 and "TAMPERED" in r.stdout and "entry 2" in r.stdout
     r = meshant("journal", "verify", "--journal", journal)
     assert r.returncode == 1 and "altered" in r.stdout
-    db = sqlite3.connect(journal)
-    db.execute("DELETE FROM events WHERE task_id=? AND seq=3", (fut.task_id,))
-    db.commit()
-    db.close()
+    sql(journal, "DELETE FROM events WHERE task_id=? AND seq=3", (fut.task_id,))
     r = meshant("journal", "verify", "--journal", journal)
     assert "missing" in r.stdout
 
@@ -134,8 +157,9 @@ def test_one_queen_per_journal(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_idempotency_key_runs_once_even_across_a_restart(procs: Procs, tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
+def test_idempotency_key_runs_once_even_across_a_restart(
+        procs: Procs, tmp_path: Path, backend: str) -> None:
+    q = Restartable(procs, tmp_path, journal=backend)
     router = q.router
     procs.forager(router, "--name", "f")
     with Client(router, queen_wait=60) as a, Client(router, queen_wait=60) as b:
@@ -161,8 +185,8 @@ def _alive(c: Client) -> bool:
 
 
 @pytest.mark.slow
-def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path, "--retry-base", "0.05")
+def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path, backend: str) -> None:
+    q = Restartable(procs, tmp_path, "--retry-base", "0.05", journal=backend)
     router = q.router
     procs.forager(router, "--name", "f")
     r = meshant("submit", "--queen", router, "fail", '{"message": "always"}',
@@ -192,9 +216,9 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
-                                                                  tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
+def test_crash_between_accept_and_result_adopts_the_running_task(
+        procs: Procs, tmp_path: Path, backend: str) -> None:
+    q = Restartable(procs, tmp_path, journal=backend)
     router = q.router
     procs.forager(router, "--name", "steady")
     with Client(router, queen_wait=60) as c:
@@ -209,8 +233,9 @@ def test_crash_between_accept_and_result_adopts_the_running_task(procs: Procs,
 
 
 @pytest.mark.slow
-def test_crash_after_the_result_delivers_it_once(procs: Procs, tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
+def test_crash_after_the_result_delivers_it_once(
+        procs: Procs, tmp_path: Path, backend: str) -> None:
+    q = Restartable(procs, tmp_path, journal=backend)
     router, journal = q.router, q.journal
     procs.forager(router, "--name", "quick")
     with Client(router, queen_wait=60) as c:
@@ -246,8 +271,8 @@ def _finished(i: int, *, key: str | None = None, client: str = "alice",
     return t
 
 
-def _write(path: Path, tasks: list[Task], batch: int = 500) -> None:
-    j = Journal(path)
+def _write(path: Path | str, tasks: list[Task], batch: int = 500) -> None:
+    j = open_journal(str(path))
     try:
         for k in range(0, len(tasks), batch):
             j.record(tasks[k:k + batch], time.time() - time.monotonic())
@@ -310,14 +335,15 @@ def test_pruning_runs_on_the_journal_thread_not_the_queens_loop(tmp_path: Path) 
 
 
 def test_restart_keeps_finished_tasks_on_disk_and_answers_from_there(
-        tmp_path: Path, colony: Colony) -> None:
-    path = tmp_path / "j.db"
+        tmp_path: Path, colony: Colony, backend: str) -> None:
+    path = backend
     tasks = [_finished(i, key=f"order-{i}") for i in range(3000)]
     queued = Task(id="waiting", capability="echo", payload={"w": 1}, client_name="alice")
     queued.submitted = time.monotonic()
     queued.history = [(queued.submitted, "queued", "submitted")]
     _write(path, [*tasks, queued])
     q = colony.start_queen(journal=str(path))
+    wait_for(lambda: q.role == "leader", what="the queen to lead")
     assert len(q.scheduler.done) == 0 and not q.scheduler.by_key  # nothing final in memory
     assert q.restored == 1 and "waiting" in q.scheduler.tasks
     c = colony.client(name="alice", queen_wait=10)
@@ -378,8 +404,8 @@ def _meta(path: Path) -> dict[str, str]:
         db.close()
 
 
-def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path) -> None:
-    path = tmp_path / "j.db"
+def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path, backend: str) -> None:
+    path = backend
     queued = Task(id="q", capability="echo", client_name="alice", retry_base=0.25,
                   retry_cap=1.5)
     queued.submitted = time.monotonic()
@@ -387,7 +413,11 @@ def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path) -> None:
     _write(path, [queued, _finished(1, dead=True, key="once", retry_base=0.3, retry_cap=4.0,
                                     priority=7, max_attempts=5)])
     q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", journal=str(path))
-    assert q.journal is not None
+    if q.leadership is not None:
+        q.start()  # a PostgreSQL queen restores once it leads
+        wait_for(lambda: q.role == "leader", what="the queen to lead")
+        q.stop()
+    j = q.journal if q.leadership is None else open_journal(str(path))
     try:
         s = q.scheduler
         t = s.tasks["q"]
@@ -399,13 +429,13 @@ def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path) -> None:
         assert (new.retry_base, new.retry_cap, new.priority, new.max_attempts) == (
             0.3, 4.0, 7, 5)
         assert new.payload == {"n": 1, "pad": "x" * 200}
-        q.journal.record(s.changed.values(), time.time() - time.monotonic())
-        r = q.journal.find("t1.r1")
+        j.record(s.changed.values(), time.time() - time.monotonic())
+        r = j.find("t1.r1")
         assert r is not None and (r["retry_base"], r["retry_cap"]) == (0.3, 4.0)
-        assert q.journal.find("t1")["dead"] == 0  # type: ignore[index]
-        assert q.journal.verify() == []
+        assert j.find("t1")["dead"] == 0  # type: ignore[index]
+        assert j.verify() == []
     finally:
-        q.journal.close()
+        j.close()
 
 
 _SCHEMA_V1 = """

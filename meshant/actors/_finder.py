@@ -5,10 +5,11 @@ discovered queen holds the CURVE key we pinned."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from meshant.actors._endpoints import check_endpoint
-from meshant.errors import MeshantError, QueenUnreachable
+from meshant.errors import MeshantError, QueenUnreachable, Refused
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant")
@@ -27,6 +28,11 @@ class QueenFinder:
     queens: list[str]
     _connected_to: str
     _unanswered: bool
+    _follow_leader: bool
+    _error_body: dict[str, Any]
+    _refusal: MeshantError | None
+    _stopping: threading.Event
+    _welcomed: threading.Event
 
     def _open_socket(self) -> Any:
         raise NotImplementedError
@@ -87,6 +93,21 @@ class QueenFinder:
                     "and that the queen is running")
         return QueenUnreachable(
             f"no answer from the queen at {self.queen} within {timeout:g} s: {hint}")
+
+    def _redirect(self, leader: str) -> bool:
+        """(I/O thread) A standby answered: go to ``leader`` (or the next endpoint), or,
+        not following leaders, stop with the standby's answer as the refusal. False: stop."""
+        self._unanswered = False
+        if not self._follow_leader:
+            b = self._error_body
+            self._refusal = Refused(str(b.get("message", "a standby queen")),
+                                    code=Code.NOT_LEADER,
+                                    **{k: b.get(k) for k in ("role", "term", "leader", "queen")})
+            self._stopping.set()
+            self._welcomed.set()
+            return False
+        self._next_queen(leader)
+        return True
 
     def _before_hello(self, fresh: bool) -> None:
         """(I/O thread) Where the next hello goes: where discovery says the queen moved,

@@ -54,7 +54,7 @@ class Peer(QueenFinder):
     def __init__(self, queen: str | None, name: str | None,
                  context: zmq.Context[Any] | None, colony: str | None = None,
                  discover: bool | None = None, curve_secret: str | None = None,
-                 queen_key: str | None = None) -> None:
+                 queen_key: str | None = None, follow_leader: bool = True) -> None:
         if discover is None:
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
@@ -63,6 +63,8 @@ class Peer(QueenFinder):
         self.queens = [] if discover else check_endpoints(resolve_queen(queen))
         self.queen = self.queens[0] if self.queens else ""
         self._connected_to = ""
+        self._follow_leader = follow_leader
+        self._error_body: dict[str, Any] = {}
         self._unanswered = False  # the last hello got no answer (yet)
         # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
         curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
@@ -388,8 +390,8 @@ class Peer(QueenFinder):
         sess = self._sess
         now = time.monotonic()
         for _ in range(1000):
-            if not events(_EVENTS) & _POLLIN:
-                break
+            if self._sock is not sock or not events(_EVENTS) & _POLLIN:
+                break  # (a handler moved us to a fresh connection: the old one is closed)
             frames = recv_frames(sock)
             try:
                 msg = p.binary.decode(frames)
@@ -445,8 +447,8 @@ class Peer(QueenFinder):
                 self._before_hello(a.fresh_connection)  # type: ignore[union-attr]
                 self._say_hello(now)
             elif cls is ses.Redirect:
-                self._unanswered = False
-                self._next_queen(a.leader)  # type: ignore[union-attr]
+                if not self._redirect(a.leader):  # type: ignore[union-attr]
+                    return
             elif cls is ses.Welcomed:
                 if self._said_waiting:
                     # Said at the level the waiting was, so a person sees the end of it.
@@ -539,6 +541,7 @@ class Peer(QueenFinder):
         now = time.monotonic()
         if msg.ref is not None and msg.ref == self._sess.hello_id:
             self._unanswered = False
+        self._error_body = b
         if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now,
                                b.get("leader")):
             if code == Code.NAME_TAKEN and not self._sess.out:

@@ -74,7 +74,7 @@ class Client(Peer):
     ) -> None:
         c = self.config = settle(ClientConfig, config, settings)
         super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
-                         c.queen_key)
+                         c.queen_key, c.follow_leader)
         timeout, threaded, wait = c.timeout, c.threaded, c.wait
         queen_wait, submit_timeout = c.queen_wait, c.submit_timeout
         retry_queue_full, max_pending_bytes = c.retry_queue_full, c.max_pending_bytes

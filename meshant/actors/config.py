@@ -30,6 +30,9 @@ class PeerConfig:
         "Its CURVE key pair file (`MESHANT_CURVE_SECRET`)."))
     queen_key: str | None = field(default=None, metadata=_doc(
         "The queen's CURVE public key file (`MESHANT_QUEEN_KEY`)."))
+    follow_leader: bool = field(default=True, metadata=_doc(
+        "Follow a standby queen's `not-leader` hint to the leader; False: that answer is "
+        "a `Refused` (code `not-leader`, the standby's role, term and leader in `.detail`)."))
 
 
 @dataclass(frozen=True, slots=True)

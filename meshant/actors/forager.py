@@ -63,7 +63,7 @@ class Forager(Peer):
         ``discover=True``: find the queen of ``colony`` by mDNS and follow it if it moves."""
         c = self.config = settle(ForagerConfig, config, settings)
         super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
-                         c.queen_key)
+                         c.queen_key, c.follow_leader)
         slots, labels = c.slots, c.labels
         if slots < 1:
             raise ValueError("slots must be at least 1")

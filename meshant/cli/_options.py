@@ -65,17 +65,21 @@ class Connection:
         return None if self.discover else self.queen
 
     @contextmanager
-    def client(self) -> Iterator[Client]:
+    def client(self, follow_leader: bool = True) -> Iterator[Client]:
         """A connected Client, closed on the way out. Failing to connect, and any
         MeshantError or ValueError while it is used, become a one-line click error
-        (exit 1)."""
+        (exit 1); but a standby's ``not-leader`` is raised as the ``Refused`` it is when
+        ``follow_leader`` is False (``meshant status`` reports it)."""
         from meshant.actors.client import Client
         from meshant.actors.config import ClientConfig
 
         try:
             c = Client(self.endpoint,
-                       config=ClientConfig(timeout=self.timeout, **self.peer_kwargs()))
+                       config=ClientConfig(timeout=self.timeout, follow_leader=follow_leader,
+                                           **self.peer_kwargs()))
         except (MeshantError, ValueError) as e:  # QueenUnreachable, Refused, bad keys...
+            if not follow_leader and getattr(e, "code", "") == "not-leader":
+                raise
             raise click.ClickException(str(e)) from None
         try:
             yield c

@@ -125,16 +125,34 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
 @client_options()
 @JSON_OPT
 def status(conn: Connection, as_json: bool) -> None:
-    """Show the queen's foragers, their slots and load, and the queue depths."""
-    with conn.client() as client:
-        st = client.status()
+    """Show the queen's foragers, their slots and load, and the queue depths.
+
+    A standby queen (another leads their shared journal) answers with its role, its term
+    and the leader's endpoint."""
+    from meshant.errors import Refused
+
+    try:
+        with conn.client(follow_leader=False) as client:
+            st = client.status()
+    except Refused as e:
+        if e.code != "not-leader":
+            raise
+        st = {"role": "standby", **{k: e.detail.get(k) for k in ("term", "leader", "queen")}}
+        if as_json:
+            click.echo(json.dumps(st))
+        else:
+            click.echo(f"queen {st['queen']!r} is a standby (term {st['term']}); "
+                       + (f"the leader is at {st['leader']}" if st.get("leader")
+                          else "no queen leads right now"))
+        return
     if as_json:
         click.echo(json.dumps(st))
         return
     qi = st["queen"]
     click.echo(f"queen {qi['name']!r} of colony {qi['colony']!r} at {qi['endpoint']} "
                f"(pub {qi['pub']}), up {qi['uptime']:.0f} s, epoch {qi['epoch']}"
-               + (", advertised by mDNS" if qi.get("advertised") else ""))
+               + (", advertised by mDNS" if qi.get("advertised") else "")
+               + (f", leader of term {st['term']}" if st.get("term") else ""))
     click.echo(f"{len(st['foragers'])} foragers, {st['clients']} clients, "
                f"{st['queued']} queued, {st['running']} running")
     if st["foragers"]:
