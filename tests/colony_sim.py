@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, RecordMemory, Send
 from meshant.storage.journal import Journal
 
 
@@ -51,7 +51,7 @@ class SimColony:
         self.journal = journal
         self.core = QueenCore(QueenConfig(**settings), epoch="epoch-1", wall_offset=1e9,
                               archive=journal, restore=journal.unfinished() if journal else (),
-                              now=self.now)
+                              memory=journal.memory() if journal else (), now=self.now)
         self.peers: dict[bytes, SimPeer] = {}
         self.records = 0
 
@@ -111,6 +111,10 @@ class SimColony:
                 self.records += 1
                 if self.journal is not None:
                     self.journal.record(a.tasks, 1e9)
+            elif isinstance(a, RecordMemory):
+                self.records += 1
+                if self.journal is not None:
+                    self.journal.record_memory(a.changes)
 
     # -- conveniences for forager and client scripts ----------------------------------
 

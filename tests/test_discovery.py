@@ -167,3 +167,31 @@ def test_choose_takes_the_record_heard_last_and_compares_no_clocks() -> None:
     a, b = rec("ants-q-aaaa", 0, 0.0), rec("ants-q-bbbb", 0, 0.0)
     assert choose([b, a], "ants") is b and choose([a, b], "ants") is b
     assert "heard" not in new.as_dict()
+
+
+def test_choose_prefers_the_leader_of_the_highest_term() -> None:
+    from meshant.edges.discovery import QueenRecord, choose
+
+    def rec(name: str, role: str, term: int, heard: int) -> QueenRecord:
+        return QueenRecord(instance=f"ants-{name}", colony="ants", name=name,
+                           router=f"tcp://h:{heard}", pub="", versions=(2,), epoch="e",
+                           host="h", role=role, term=term, heard=heard)
+
+    standby = rec("qb", "standby", 3, 9)  # heard last, but a standby
+    deposed = rec("qa", "leader", 2, 5)   # not yet stepped down
+    leader = rec("qc", "leader", 3, 1)
+    assert choose([standby, deposed, leader], "ants") is leader
+    assert choose([standby, deposed], "ants") is deposed
+    assert choose([standby], "ants") is standby  # it will name the leader
+
+
+def test_a_list_of_queen_endpoints_is_checked_one_by_one() -> None:
+    from meshant.actors._endpoints import check_endpoints
+    from meshant.errors import ConfigError
+
+    assert check_endpoints("tcp://a:1, tcp://b:2") == ["tcp://a:1", "tcp://b:2"]
+    assert check_endpoints("ipc:///tmp/q") == ["ipc:///tmp/q"]
+    with pytest.raises(ConfigError, match="'tcp://b' is not a ZeroMQ endpoint"):
+        check_endpoints("tcp://a:1,tcp://b")
+    with pytest.raises(ConfigError, match="empty"):
+        check_endpoints(" , ")

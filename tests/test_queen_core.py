@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from meshant import protocol as p
 from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
 from meshant.storage.journal import Journal
 
-from .colony_sim import SimColony
+from .colony_sim import SimColony, SimPeer
 
 
 def _submit(sim: SimColony, client, cap: str = "echo", payload: object = None, **kw: object):
@@ -228,3 +230,52 @@ def test_records_come_before_the_sends_of_their_turn() -> None:
     assert isinstance(actions[0], Record) and [t.id for t in actions[0].tasks] == ["t1"]
     sent = [a.msg.kind for a in actions if isinstance(a, Send)]
     assert sent == ["task.assign", "task.submitted"]
+
+
+# -- standing by, and colony memory in the journal --------------------------------------
+
+def test_a_standby_core_answers_everything_not_leader_naming_the_leader() -> None:
+    sim = SimColony()
+    sim.core.standby = {"role": "standby", "term": 4, "queen": "qb", "leader": "tcp://a:1",
+                        "message": "queen 'qb' is a standby: queen 'qa' leads (term 4)"}
+    f = SimPeer(sim, "f1", b"id-f1")
+    sim.peers[f.identity] = f
+    hello = f.send("hello", {"role": "forager", "name": "f1", "versions": [2],
+                             "codecs": ["msgpack"], "slots": 1, "tools": ["echo"]})
+    err = f.one("error")
+    assert err.ref == hello.id and err.b["code"] == "not-leader"
+    assert err.b["leader"] == "tcp://a:1" and err.b["term"] == 4 and "standby" in err.b["message"]
+    assert not sim.core.registry.by_id  # nobody registered with a standby
+    f.send("task.result", {"result": 1}, ref="t.1")
+    assert f.one("error").b["code"] == "not-leader"
+    f.send("error", {"code": "bad-value", "message": "x"})
+    assert f.take() == []  # an error is never answered (no ping-pong)
+    assert sim.core.status(sim.now)["role"] == "standby"
+    sim.core.standby = None
+    assert sim.core.status(sim.now)["role"] == "leader"
+
+
+def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    sim = SimColony(journal=Journal(path))
+    c = sim.client("c")
+    for op in ({"op": "set", "key": "plan", "value": {"step": 3}},
+               {"op": "set", "key": "lease", "value": "x", "ttl": 30.0},
+               {"op": "set", "key": "gone", "value": 1},
+               {"op": "delete", "key": "gone"},
+               {"op": "set", "key": "short", "value": 2, "ttl": 0.5}):
+        c.send("mem.sync", op)
+        assert c.one("mem.sync").b["op"] == "ok"
+    seq = sim.core.memory.seq
+    assert sim.journal is not None
+    sim.journal.close()
+    again = SimColony(journal=Journal(path))  # (the same wall clock: no time went by)
+    mem = again.core.memory
+    assert mem.items == {"plan": {"step": 3}, "lease": "x", "short": 2} and mem.seq == seq
+    assert mem.expires["lease"] - again.now == pytest.approx(30.0)
+    assert mem.expires["short"] - again.now == pytest.approx(0.5)
+    again.advance(0.6)  # its time runs out: gone, and journaled so
+    assert "short" not in mem.items
+    assert again.journal is not None
+    assert [k for k, *_ in again.journal.memory()] == ["plan", "lease"]
+    again.journal.close()

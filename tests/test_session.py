@@ -134,3 +134,24 @@ def test_a_session_and_a_queen_core_agree_in_memory() -> None:
     (welcome,) = inbox
     s.on_welcome(welcome.ref, welcome.b, sim.now)
     assert s.state is State.ACTIVE and s.max_message == 5000 and s.epoch == "epoch-1"
+
+
+def test_not_leader_to_a_hello_redirects_soon_and_to_an_active_peer_loses_the_queen() -> None:
+    s = PeerSession(rng=random.Random(3))
+    s.start(0.0)
+    s.take()
+    for i in range(4):  # a few unanswered hellos: the backoff grew
+        s.hello_sent(f"h{i}", s.next_deadline())
+    now = 10.0
+    assert s.on_error("h3", "not-leader", "standby", None, now, "tcp://leader:1")
+    got = s.take()
+    assert got == [ses.Redirect("tcp://leader:1")] and s.state is State.HELLO
+    s.tick(now + 0.05)
+    assert "SayHello" not in kinds(s)
+    s.tick(now + 0.35)  # soon, not after the grown backoff: a live queen answered
+    assert "SayHello" in kinds(s)
+    # An active peer told not-leader (its queen stepped down) reconnects, to the leader.
+    a = welcomed()
+    assert a.on_error("hb-1", "not-leader", "standby now", None, 5.0, None)
+    assert kinds(a) == ["Redirect", "Lost", "SayHello"] and a.state is State.HELLO
+    assert a.reconnects == 1

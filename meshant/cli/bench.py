@@ -17,8 +17,11 @@ import click
               help="Also write the results as JSON to this file ('-' for stdout).")
 @click.option("--csv", "csv_file", type=click.Path(dir_okay=False, writable=True),
               help="Also write the rows as CSV (to plot with any tool).")
+@click.option("--postgres", metavar="URL", envvar="MESHANT_BENCH_POSTGRES",
+              help="A PostgreSQL database (postgresql://USER@HOST:PORT/DB) for the journal "
+                   "scenario's PostgreSQL rows; without it they are left out.")
 def bench(quick: bool, scenarios: tuple[str, ...], list_: bool, json_file: str | None,
-          csv_file: str | None) -> None:
+          csv_file: str | None, postgres: str | None) -> None:
     """Benchmark meshant against raw pyzmq on the same topology, in the same run.
 
     Every figure comes with the raw pyzmq figure measured alongside it and their ratio
@@ -36,6 +39,12 @@ def bench(quick: bool, scenarios: tuple[str, ...], list_: bool, json_file: str |
         raise click.BadParameter(f"unknown scenario(s) {', '.join(unknown)}; see --list",
                                  param_hint="--scenario")
     sizes = Sizes.quick() if quick else Sizes()
+    if postgres:
+        import os
+
+        os.environ["MESHANT_BENCH_POSTGRES"] = postgres
+    elif "journal" in names:
+        click.echo("journal: the PostgreSQL rows are left out (give --postgres URL)", err=True)
     to_stdout = json_file == "-"
     show = sys.stderr.isatty() and not to_stdout
     with click.progressbar(length=len(names), label="bench", file=sys.stderr,

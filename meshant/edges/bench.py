@@ -203,14 +203,22 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
 
 
 def run_journal(sizes: Sizes) -> list[Row]:
-    """Round trip and throughput with the journal off and on (a file), side by side."""
+    """Round trip and throughput with the journal off, on a file (SQLite), and on
+    PostgreSQL when ``MESHANT_BENCH_POSTGRES`` names a database (``--postgres URL``)."""
     rows = []
+    pg = os.environ.get("MESHANT_BENCH_POSTGRES")
     with tempfile.TemporaryDirectory(prefix="meshant-journal-") as d:
-        for label, path in ((", journal off", None), (", journal on", f"{d}/a.db")):
-            rows += [r for r in run_roundtrip("tcp", sizes, label=label, journal=path)
-                     if r.metric in ("p50", "p99")]
-        for label, path in ((", journal off", None), (", journal on", f"{d}/b.db")):
-            rows += run_pipelined("tcp", sizes, 1, journal=path, label=label)
+        for part in ("a", "b"):
+            kinds: list[tuple[str, str | None]] = [(", journal off", None),
+                                                   (", journal SQLite", f"{d}/{part}.db")]
+            if pg:
+                kinds.append((", journal PostgreSQL", pg))
+            for label, path in kinds:
+                if part == "a":
+                    rows += [r for r in run_roundtrip("tcp", sizes, label=label, journal=path)
+                             if r.metric in ("p50", "p99")]
+                else:
+                    rows += run_pipelined("tcp", sizes, 1, journal=path, label=label)
     return rows
 
 
@@ -408,7 +416,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                      lambda z: run_fanout(z, 50)),
     "heartbeats": ("the queen's CPU with 100 and 1000 idle real foragers heartbeating",
                    run_heartbeat_cost),
-    "journal": ("round trip and throughput with the queen's journal off and on",
+    "journal": ("round trip and throughput with the queen's journal off, on SQLite, and on "
+                "PostgreSQL (with --postgres URL)",
                 run_journal),
 }
 

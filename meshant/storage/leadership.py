@@ -66,7 +66,10 @@ class Leadership:
     # -- the queen's side ---------------------------------------------------------------
 
     def start(self, endpoint: str, pub: str) -> None:
+        """Go for the lease once now (so a standby knows the leader before it answers
+        anyone), then keep at it from the thread."""
         self.endpoint, self.pub = endpoint, pub
+        self._round()
         self._thread = threading.Thread(target=self._run, name="meshant-lease", daemon=True)
         self._thread.start()
 
@@ -103,27 +106,29 @@ class Leadership:
 
     def _run(self) -> None:
         every = max(0.05, self.lease / 4)
-        while not self._stop.is_set():
-            try:
-                if self._conn is None or self._conn.closed or self._conn.broken:
-                    self._conn = connect(self.journal.url)
-                if self.role == LEADER:
-                    self._renew()
-                else:
-                    self._try_acquire()
-                self.error = ""
-            except Exception as e:  # the database is away: try again next round
-                self.error = str(e).strip() or type(e).__name__
-                if self._conn is not None:
-                    try:
-                        self._conn.close()
-                    except Exception:
-                        pass
-                    self._conn = None
-            if self.role == LEADER and time.monotonic() >= self._valid_until:
-                self.step_down("its lease could not be renewed in time "
-                               f"({self.error or 'no answer'})")
-            self._stop.wait(every)
+        while not self._stop.wait(every):
+            self._round()
+
+    def _round(self) -> None:
+        try:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = connect(self.journal.url)
+            if self.role == LEADER:
+                self._renew()
+            else:
+                self._try_acquire()
+            self.error = ""
+        except Exception as e:  # the database is away: try again next round
+            self.error = str(e).strip() or type(e).__name__
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except Exception:
+                    pass
+                self._conn = None
+        if self.role == LEADER and time.monotonic() >= self._valid_until:
+            self.step_down("its lease could not be renewed in time "
+                           f"({self.error or 'no answer'})")
 
     def _try_acquire(self) -> None:
         sent = time.monotonic()

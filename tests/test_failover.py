@@ -1,0 +1,211 @@
+"""Queen failover on a real PostgreSQL journal: two CLI queens (one leads, one stands by),
+CLI foragers and clients given both endpoints; the leader killed, paused, cut off from its
+database, or both queens killed — every task completes exactly once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshant import Client
+from meshant.errors import MeshantError, Refused
+from meshant.storage import open_journal
+
+from .conftest import Procs, wait_for
+from .test_cli import meshant
+
+pytestmark = pytest.mark.slow
+
+LEASE = 1.0
+HB = ("--hb-interval", "0.2", "--hb-misses", "5")
+
+
+class Pair:
+    """Queens on ipc endpoints in ``tmp_path`` sharing one PostgreSQL journal."""
+
+    def __init__(self, procs: Procs, tmp_path: Path, url: str) -> None:
+        self.procs, self.tmp, self.url = procs, tmp_path, url
+        self.procs_by: dict[str, subprocess.Popen[str]] = {}
+
+    def endpoint(self, name: str) -> str:
+        return f"ipc://{self.tmp}/{name}"
+
+    @property
+    def both(self) -> str:
+        return f"{self.endpoint('qa')},{self.endpoint('qb')}"
+
+    def start(self, name: str) -> subprocess.Popen[str]:
+        p, info = self.procs.start(
+            "queen", "--name", name, "--bind", self.endpoint(name),
+            "--pub", f"ipc://{self.tmp}/{name}-pub", "--json", "--journal", self.url,
+            "--lease", str(LEASE), *HB)
+        assert info["role"] == "standby"  # every queen starts as one, then takes the lease
+        self.procs_by[name] = p
+        return p
+
+    def role(self, name: str) -> dict[str, Any]:
+        """What ``meshant status --json`` says of this queen (``{}``: no answer)."""
+        r = meshant("status", "--queen", self.endpoint(name), "--json",
+                    "--connect-timeout", "2")
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+
+    def leads(self, name: str) -> bool:
+        try:
+            with Client(self.endpoint(name), follow_leader=False, timeout=1) as c:
+                return c.status(timeout=1)["role"] == "leader"
+        except MeshantError:
+            return False
+
+
+def _journal_states(url: str) -> dict[str, list[str]]:
+    j = open_journal(url, readonly=True)
+    try:
+        return {t["id"]: [e["state"] for e in j.task(t["id"])["events"]]  # type: ignore[index]
+                for t in j.tasks(limit=100_000)}
+    finally:
+        j.close()
+
+
+def _exactly_once(url: str, n: int) -> None:
+    states = _journal_states(url)
+    assert len(states) == n
+    for tid, history in states.items():
+        assert history.count("completed") == 1 and history[-1] == "completed", (tid, history)
+    j = open_journal(url, readonly=True)
+    try:
+        assert j.verify() == []
+    finally:
+        j.close()
+
+
+def test_leader_killed_the_standby_takes_over_and_every_task_completes_once(
+        procs: Procs, tmp_path: Path, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    a = pair.start("qa")
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    pair.start("qb")
+    assert pair.role("qb")["role"] == "standby"
+    for i in range(3):
+        procs.forager(pair.both, "--name", f"f{i}", "--slots", "4")
+    n = 1000
+    with Client(pair.both, queen_wait=60) as c:
+        futs = [c.submit("sleep", {"seconds": 0.01, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 150, what="work under way")
+        a.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        a.wait(10)
+        done_at_kill = sum(f.done() for f in futs)
+        assert done_at_kill < n - 200, done_at_kill  # queued, running and done tasks
+        wait_for(lambda: pair.leads("qb"), timeout=LEASE + 10, what="qb to lead")
+        took = time.monotonic() - killed
+        results = [f.result(120) for f in futs]
+    assert [r["n"] for r in results] == list(range(n))  # each task's own result, once
+    assert took < LEASE + 2 + 1.5, took  # the lease, plus a couple of seconds (and polling)
+    st = pair.role("qb")
+    assert st["role"] == "leader" and st["term"] == 2
+    _exactly_once(pg_url, n)
+
+
+def test_paused_leader_is_deposed_and_steps_down_when_it_wakes(
+        procs: Procs, tmp_path: Path, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    a = pair.start("qa")
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    pair.start("qb")
+    for i in range(2):
+        procs.forager(pair.both, "--name", f"f{i}", "--slots", "4")
+    n = 300
+    with Client(pair.both, queen_wait=60) as c:
+        futs = [c.submit("sleep", {"seconds": 0.01, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 30, what="work under way")
+        a.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: pair.leads("qb"), timeout=LEASE + 10, what="qb to lead")
+        finally:
+            a.send_signal(signal.SIGCONT)
+        # The old leader wakes past its lease: it steps down and says so.
+        wait_for(lambda: pair.role("qa").get("role") == "standby", timeout=10,
+                 what="qa to step down")
+        st = pair.role("qa")
+        assert st["term"] == 2 and st["leader"] == pair.endpoint("qb")
+        results = [f.result(120) for f in futs]
+    assert [r["n"] for r in results] == list(range(n))
+    _exactly_once(pg_url, n)
+    assert pair.role("qb")["role"] == "leader"
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(10) == 0
+    assert a.stderr is not None
+    log = a.stderr.read()
+    assert "steps down (term 1)" in log and "is a standby now" in log
+
+
+def test_database_restarted_under_a_running_leader_loses_nothing(
+        procs: Procs, tmp_path: Path, pg_server: Any, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    # A lease longer than the database's restart: the leader rides it out.
+    p, _ = procs.start("queen", "--name", "qa", "--bind", pair.endpoint("qa"),
+                          "--pub", f"ipc://{tmp_path}/qa-pub", "--json", "--journal", pg_url,
+                          "--lease", "8", *HB)
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    procs.forager(pair.endpoint("qa"), "--name", "f0", "--slots", "4")
+    n = 400
+    with Client(pair.endpoint("qa"), queen_wait=60) as c:
+        futs = [c.submit("sleep", {"seconds": 0.005, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 50, what="work under way")
+        pg_server.restart()
+        results = [f.result(120) for f in futs]
+        assert c.status()["term"] == 1  # the same leader throughout
+    assert [r["n"] for r in results] == list(range(n))
+    assert p.poll() is None
+    _exactly_once(pg_url, n)
+
+
+def test_both_queens_killed_one_restarted_recovers_everything(
+        procs: Procs, tmp_path: Path, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    a = pair.start("qa")
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    b = pair.start("qb")
+    procs.forager(pair.both, "--name", "f0", "--slots", "4")
+    n = 300
+    with Client(pair.both, queen_wait=60) as c:
+        c.memory.set("plan", {"step": 3})
+        futs = [c.submit("sleep", {"seconds": 0.01, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 30, what="work under way")
+        for q in (a, b):
+            q.send_signal(signal.SIGKILL)
+            q.wait(10)
+        time.sleep(0.5)  # both down for a while: nothing answers
+        pair.start("qb")
+        wait_for(lambda: pair.leads("qb"), timeout=LEASE + 10, what="qb to lead")
+        results = [f.result(120) for f in futs]
+        # The colony memory came back with the journal.
+        wait_for(lambda: c.memory.get("plan") == {"step": 3}, what="memory restored")
+    assert [r["n"] for r in results] == list(range(n))
+    _exactly_once(pg_url, n)
+
+
+def test_a_standby_refuses_with_not_leader_naming_the_leader(
+        procs: Procs, tmp_path: Path, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    pair.start("qa")
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    pair.start("qb")
+    with pytest.raises(Refused) as info:
+        Client(pair.endpoint("qb"), follow_leader=False, timeout=5)
+    e = info.value
+    assert e.code == "not-leader" and e.detail["leader"] == pair.endpoint("qa")
+    assert e.detail["term"] == 1 and "standby" in str(e)
+    # A peer given only the standby follows the hint to the leader.
+    with Client(pair.endpoint("qb"), timeout=5) as c:
+        assert c.status()["queen"]["name"] == "qa"
+    r = meshant("status", "--queen", pair.endpoint("qb"))
+    assert r.returncode == 0 and "standby" in r.stdout and pair.endpoint("qa") in r.stdout
+    r = meshant("tasks", "--journal", pg_url, "--json")
+    assert r.returncode == 0
