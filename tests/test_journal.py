@@ -420,6 +420,7 @@ def test_retry_policy_survives_a_restart_and_dlq_retry(tmp_path: Path, backend: 
     j = q.journal if q.leadership is None else open_journal(str(path))
     try:
         s = q.scheduler
+        s.archive = j  # (the stopped queen closed its own)
         t = s.tasks["q"]
         assert (t.retry_base, t.retry_cap) == (0.25, 1.5)
         dead = s.dlq["t1"]

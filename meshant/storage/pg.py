@@ -142,6 +142,7 @@ class PgJournal(JournalReader):
         self._log = TaskLog(self._tail)
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
+        self._closed = False
         psycopg = _psycopg()
         self._errors = (psycopg.OperationalError, psycopg.InterfaceError)
         try:
@@ -202,6 +203,8 @@ class PgJournal(JournalReader):
         """Run ``fn`` on a live connection, reconnecting while the database is away and
         ``patience`` allows; then raise JournalError."""
         while True:
+            if self._closed:
+                raise JournalError(f"the journal {self.path} was closed")
             try:
                 if self.db.closed or self.db.broken:
                     self.db = connect(self.url)
@@ -259,6 +262,7 @@ class PgJournal(JournalReader):
         return n
 
     def close(self) -> None:
+        self._closed = True
         try:
             self.db.close()
         except Exception:  # closing a broken connection
