@@ -195,3 +195,27 @@ def test_a_list_of_queen_endpoints_is_checked_one_by_one() -> None:
         check_endpoints("tcp://a:1,tcp://b")
     with pytest.raises(ConfigError, match="empty"):
         check_endpoints(" , ")
+
+
+@pytest.mark.slow
+def test_peers_follow_the_standby_that_takes_over_by_its_term(netns: Netns,
+                                                                pg_server: Any) -> None:
+    # The database through its unix socket: reachable from inside the namespace.
+    url = pg_server.create_db(f"disc_{secrets.token_hex(3)}").replace(
+        f"@127.0.0.1:{pg_server.port}/", "@/") + f"?host={pg_server.dir}&port={pg_server.port}"
+    lease = ("--journal", url, "--lease", "1")
+    a, qa = netns.queen("ants", "--name", "qa", *lease)
+    wait_for(lambda: [(q["name"], q["role"], q["term"]) for q in netns.discover()] == [
+        ("qa", "leader", 1)], timeout=20, what="qa advertised as the leader")
+    _, qb = netns.queen("ants", "--name", "qb", *lease)
+    wait_for(lambda: sorted((q["name"], q["role"]) for q in netns.discover()) == [
+        ("qa", "leader"), ("qb", "standby")], timeout=20, what="qb advertised as standby")
+    _, f = netns.start("forager", "--discover", "--colony", "ants", "--name", "loyal",
+                       "--json")
+    assert f["queen"] == qa["router"]  # the leader, not the standby
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    # qa's record lingers (a killed responder says no goodbye); qb's term is higher.
+    wait_for(lambda: [x["name"] for x in netns.status(qb["router"]).get("foragers", [])]
+             == ["loyal"], timeout=30, what="the forager to follow qb, the new leader")
+    assert netns.status(qb["router"])["term"] == 2

@@ -209,3 +209,27 @@ def test_a_standby_refuses_with_not_leader_naming_the_leader(
     assert r.returncode == 0 and "standby" in r.stdout and pair.endpoint("qa") in r.stdout
     r = meshant("tasks", "--journal", pg_url, "--json")
     assert r.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_deposed_leaders_write_is_fenced_and_changes_nothing(pg_url: str) -> None:
+    from meshant.core.tasks import Task
+    from meshant.storage import Deposed
+    from meshant.storage.pg import PgJournal
+
+    old, new = PgJournal(pg_url), PgJournal(pg_url)
+    try:
+        new.db.execute("UPDATE lease SET term = 7 WHERE id = 1")
+        old.term, new.term = 6, 7
+        t = Task(id="t1", capability="echo", payload=1, client_name="c")
+        t.submitted = time.monotonic()
+        t.history = [(t.submitted, "queued", "submitted")]
+        with pytest.raises(Deposed, match="term 6 is over: queen term 7 leads now"):
+            old.record([t], time.time() - time.monotonic())
+        assert not old.has("t1") and old.verify() == []  # nothing of it was written
+        t.logged = 0
+        new.record([t], time.time() - time.monotonic())  # the leader's own write goes in
+        assert new.has("t1")
+    finally:
+        old.close()
+        new.close()

@@ -25,9 +25,10 @@ def discover_cmd(timeout: float, colony: str | None, as_json: bool) -> None:
     if not queens:
         click.echo(f"no queens found within {timeout:g} s", err=True)
         return
-    click.echo(f"{'COLONY':16} {'QUEEN':16} {'ROUTER':28} {'PUB':28} VERSIONS")
+    click.echo(f"{'COLONY':16} {'QUEEN':16} {'ROUTER':28} {'PUB':28} {'ROLE':14} VERSIONS")
     for q in queens:
-        click.echo(f"{q.colony:16} {q.name:16} {q.router:28} {q.pub:28} "
+        role = f"{q.role} t{q.term}" if q.term else q.role
+        click.echo(f"{q.colony:16} {q.name:16} {q.router:28} {q.pub:28} {role:14} "
                    f"{','.join(map(str, q.versions))}")
 
 

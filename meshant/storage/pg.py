@@ -94,6 +94,23 @@ CREATE TABLE IF NOT EXISTS lease (
 INSERT INTO lease VALUES (1, 0, NULL, NULL, NULL, NULL, '-infinity') ON CONFLICT DO NOTHING;
 """
 
+# The fence: the first statement of a leader's every write. It takes the lease row FOR
+# SHARE (a takeover waits for the write; a later write sees the new term) and aborts the
+# transaction unless the term is the writer's. A function, so the whole write goes in one
+# pipelined round trip and the database decides, not a reply read in between.
+DEPOSED = "MS001"
+_FENCE = f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.fence(mine BIGINT) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE now_term BIGINT;
+BEGIN
+    SELECT term INTO now_term FROM {SCHEMA}.lease WHERE id = 1 FOR SHARE;
+    IF now_term IS DISTINCT FROM mine THEN
+        RAISE EXCEPTION 'term % is over: queen term % leads now', mine, now_term
+            USING ERRCODE = '{DEPOSED}';
+    END IF;
+END $$;
+"""
+
 
 def _psycopg() -> Any:
     try:
@@ -143,7 +160,7 @@ class PgJournal(JournalReader):
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
         self._closed = False
-        psycopg = _psycopg()
+        psycopg = self._psycopg = _psycopg()
         self._errors = (psycopg.OperationalError, psycopg.InterfaceError)
         try:
             self.db = connect(url)
@@ -170,9 +187,14 @@ class PgJournal(JournalReader):
                 # Two queens starting at once: one creates, the other finds it done.
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 db.execute(_DDL)
+                db.execute(_FENCE)
                 db.execute("INSERT INTO meta VALUES ('app', %s), ('schema_version', %s), "
                            "('created', %s) ON CONFLICT DO NOTHING",
                            (APP, str(SCHEMA_VERSION), f"{time.time():.3f}"))
+        elif not self.readonly:
+            with db.transaction():  # (a journal made by an older meshant gets it too)
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                db.execute(_FENCE)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:
             raise JournalError(f"{self.path} has a schema {SCHEMA!r} that is not a meshant "
@@ -234,17 +256,20 @@ class PgJournal(JournalReader):
 
     def _write(self, batch: Batch) -> None:
         db = self.db
-        with db.transaction(), db.cursor() as cur:
-            if self.term is not None:
-                row = cur.execute("SELECT term FROM lease WHERE id=1 FOR SHARE").fetchone()
-                if row is None or row[0] != self.term:
-                    raise Deposed(f"term {self.term} is over: queen term "
-                                  f"{row[0] if row else '?'} leads now")
-            for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
-                              (EVENT, batch.events), (MEM_SET, batch.mem_set),
-                              (MEM_DEL, batch.mem_del)):
-                if rows:
-                    cur.executemany(self._q(sql), rows)
+        try:
+            # One round trip: the fence, the rows and the commit, pipelined.
+            with db.pipeline(), db.transaction(), db.cursor() as cur:
+                if self.term is not None:
+                    cur.execute("SELECT fence(%s)", (self.term,))
+                for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
+                                  (EVENT, batch.events), (MEM_SET, batch.mem_set),
+                                  (MEM_DEL, batch.mem_del)):
+                    if rows:
+                        cur.executemany(self._q(sql), rows)
+        except self._psycopg.Error as e:
+            if getattr(e, "sqlstate", None) == DEPOSED:
+                raise Deposed(str(e).strip()) from None
+            raise
 
     def prune(self, before: float, keep: int, db: Any = None) -> int:
         """Forget final tasks (not dead letters) updated before ``before`` (wall) and
