@@ -130,10 +130,10 @@ def test_paused_leader_is_deposed_and_steps_down_when_it_wakes(
         finally:
             a.send_signal(signal.SIGCONT)
         # The old leader wakes past its lease: it steps down and says so.
-        wait_for(lambda: pair.role("qa").get("role") == "standby", timeout=10,
-                 what="qa to step down")
-        st = pair.role("qa")
-        assert st["term"] == 2 and st["leader"] == pair.endpoint("qb")
+        # ... and then names the new leader and its term.
+        wait_for(lambda: pair.role("qa") == {"role": "standby", "term": 2, "queen": "qa",
+                                             "leader": pair.endpoint("qb")},
+                 timeout=10, what="qa to step down and name qb")
         results = [f.result(120) for f in futs]
     assert [r["n"] for r in results] == list(range(n))
     _exactly_once(pg_url, n)

@@ -134,7 +134,7 @@ class Queen:
         info = ld.leader
         hint: dict[str, Any] = {"role": "standby", "term": info.term if info else ld.term,
                                 "queen": self.name}
-        if info is not None and info.live and info.endpoint and info.endpoint != self.endpoint:
+        if info is not None and info.live and info.endpoint and info.endpoint != ld.endpoint:
             hint["leader"] = info.endpoint
             hint["message"] = (f"queen {self.name!r} is a standby: queen {info.name!r} leads "
                                f"(term {info.term}) at {info.endpoint}")
@@ -300,7 +300,10 @@ class Queen:
             self._router = router
             self._pub = pub
             if self.leadership is not None:
-                self.leadership.start(self.endpoint, self.pub_endpoint)
+                from meshant.edges.discovery import reachable
+
+                # The endpoint standbys name in their not-leader hints: one peers can dial.
+                self.leadership.start(reachable(self.endpoint), reachable(self.pub_endpoint))
                 core.standby = self._hint()
             self._start_advertising()
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),

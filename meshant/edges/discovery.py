@@ -66,6 +66,15 @@ class QueenRecord:
         return d
 
 
+def reachable(endpoint: str) -> str:
+    """A bound endpoint as other hosts reach it: a wildcard host (``*``, ``0.0.0.0``)
+    becomes this host's address."""
+    if endpoint.startswith("tcp://") and _endpoint_host(endpoint) in ("*", "0.0.0.0", ""):
+        host = socket.gethostbyname(socket.gethostname())
+        return endpoint.replace("//*:", f"//{host}:").replace("//0.0.0.0:", f"//{host}:")
+    return endpoint
+
+
 def _endpoint_host(endpoint: str) -> str:
     rest = endpoint.partition("://")[2]
     return rest.rpartition(":")[0].strip("[]")
@@ -121,11 +130,8 @@ class Advertiser:
                  interfaces: list[str] | None = None, curve_key: str = "",
                  role: str = "leader", term: int = 0) -> None:
         self.colony = colony
+        router, pub = reachable(router), reachable(pub)
         host = _endpoint_host(router)
-        if host in ("*", "0.0.0.0", ""):
-            host = socket.gethostbyname(socket.gethostname())
-            router = router.replace("//*:", f"//{host}:").replace("//0.0.0.0:", f"//{host}:")
-            pub = pub.replace("//*:", f"//{host}:").replace("//0.0.0.0:", f"//{host}:")
         self.instance = f"{colony}-{name}-{epoch[:8]}.{SERVICE_TYPE}"
         props = {"router": router, "pub": pub, "colony": colony, "name": name,
                  "epoch": epoch, "versions": ",".join(map(str, SUPPORTED_VERSIONS)),

@@ -99,6 +99,7 @@ class Leadership:
         refused a write)."""
         if self.role == LEADER:
             self.role = STANDBY
+            self.leader = None  # who leads now: the next round reads it
             log.warning("queen %s steps down (term %d): %s", self.name, self.term, why)
             self.on_change()
 
@@ -131,12 +132,15 @@ class Leadership:
                            f"({self.error or 'no answer'})")
 
     def _try_acquire(self) -> None:
+        # Once the lease lapsed; or at once if this queen still holds it (it stepped down
+        # on its own, a write failing): the new term fences whatever it had in flight.
         sent = time.monotonic()
         row = self._conn.execute(
             "UPDATE lease SET term=term+1, holder=%s, name=%s, endpoint=%s, pub=%s, "
             "expires=clock_timestamp() + make_interval(secs => %s) "
-            "WHERE id=1 AND expires < clock_timestamp() RETURNING term",
-            (self.holder, self.name, self.endpoint, self.pub, self.lease)).fetchone()
+            "WHERE id=1 AND (expires < clock_timestamp() OR holder=%s) RETURNING term",
+            (self.holder, self.name, self.endpoint, self.pub, self.lease,
+             self.holder)).fetchone()
         if row is not None:
             self.term = int(row[0])
             self._valid_until = sent + self.lease - self._margin

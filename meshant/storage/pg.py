@@ -168,7 +168,9 @@ class PgJournal(JournalReader):
             raise JournalError(f"cannot reach the journal database {self.path}: "
                                f"{str(e).strip()}") from None
         except psycopg.Error as e:
-            raise JournalError(f"{self.path}: {str(e).strip()}") from None
+            raise JournalError(f"cannot use the journal database {self.path}: "
+                               f"{str(e).strip()} (give --journal "
+                               "postgresql://USER@HOST:PORT/DB)") from None
         try:
             self._prepare_schema()
         except BaseException:
