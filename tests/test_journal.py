@@ -474,3 +474,18 @@ CREATE TABLE events (
     PRIMARY KEY (task_id, seq)
 );
 """
+
+
+def test_the_id_filter_never_says_no_to_an_id_it_was_given() -> None:
+    from meshant.storage.idfilter import IdFilter
+
+    f = IdFilter(capacity=2000)
+    ids = [f"task-{i}" for i in range(2000)]
+    f.update(ids)
+    assert all(i in f for i in ids) and not f.full
+    false_pos = sum(f"other-{i}" in f for i in range(20_000))
+    assert false_pos < 20_000 * 0.03  # ~1 % at capacity
+    assert f.size < 4 * 1024  # bytes: ~1.2 bytes an id
+    f.add("one-more")
+    assert f.full  # past its capacity: its owner rebuilds a larger one
+    assert IdFilter(10).bits >= 8 * 1024

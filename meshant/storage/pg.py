@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from meshant.storage.idfilter import IdFilter
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     EVENT,
@@ -157,6 +158,7 @@ class PgJournal(JournalReader):
         self.patience: Callable[[], bool] = lambda: False
         self._sql: dict[str, str] = {}
         self._log = TaskLog(self._tail)
+        self._ids: IdFilter | None = None
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
         self._closed = False
@@ -207,9 +209,10 @@ class PgJournal(JournalReader):
                                f"reads up to {SCHEMA_VERSION}: upgrade meshant")
 
     def reset_chains(self) -> None:
-        """Forget the hash chains' tails: another queen may have written since (a new
-        term). Each task's tail is read back before its next event."""
+        """Forget the hash chains' tails and the id filter: another queen may have written
+        since (a new term). Both are read back when needed."""
         self._log = TaskLog(self._tail)
+        self._ids = None
 
     def retain(self, seconds: float, count: int, every: float = 60.0) -> None:
         """What ``prune`` forgets, and how often: the leader's lease thread does it."""
@@ -243,7 +246,22 @@ class PgJournal(JournalReader):
 
     def record(self, tasks: Iterable[Any], to_wall: float) -> None:
         """Write what changed in ``tasks`` in one transaction (see ``write``)."""
-        self.write(self._log.prepare(tasks, to_wall, time.time()))
+        batch = self._log.prepare(tasks, to_wall, time.time())
+        if self._ids is not None:
+            for row in batch.inserts:
+                self._ids.add(row[0])
+        self.write(batch)
+
+    def has(self, task_id: str) -> bool:
+        """Whether the journal holds this id: from the id filter when it is certainly
+        not there (no round trip), else one primary-key query."""
+        ids = self._ids
+        if ids is None or ids.full:
+            ids = self._ids = IdFilter(max(200_000, 2 * (ids.count if ids else 0)))
+            ids.update(r[0] for r in self._all("SELECT id FROM tasks"))
+        if task_id not in ids:
+            return False
+        return super().has(task_id)
 
     def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
         """Write colony memory changes (as the SQLite journal's ``record_memory``)."""

@@ -1,0 +1,57 @@
+"""Which task ids the journal may hold, without asking it: a Bloom filter.
+
+A new submission's id must be checked against the journal (a finished task keeps its id
+for good), and on PostgreSQL that check is a network round trip per submission. The
+filter answers "certainly not there" for nearly every new id from memory; "perhaps"
+(an id that is there, or a false positive, about 1 % at capacity) falls through to the
+query. It never forgets an id, so it is never wrong: an id pruned from the journal only
+costs a query. Fixed size in bytes; past its capacity it is rebuilt larger from the
+journal by its owner (``full``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+
+HASHES = 7
+
+
+class IdFilter:
+    """A Bloom filter over strings, sized for ``capacity`` ids at ~1 % false positives."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = max(1024, capacity)
+        self.bits = max(8 * 1024, int(-self.capacity * math.log(0.01) / (math.log(2) ** 2)))
+        self._set = bytearray((self.bits + 7) // 8)
+        self.count = 0
+
+    def _positions(self, key: str) -> list[int]:
+        d = hashlib.blake2b(key.encode(), digest_size=16).digest()
+        h1 = int.from_bytes(d[:8], "little")
+        h2 = int.from_bytes(d[8:], "little") | 1
+        return [(h1 + i * h2) % self.bits for i in range(HASHES)]
+
+    def add(self, key: str) -> None:
+        for pos in self._positions(key):
+            self._set[pos >> 3] |= 1 << (pos & 7)
+        self.count += 1
+
+    def update(self, keys: Iterable[str]) -> None:
+        for k in keys:
+            self.add(k)
+
+    def __contains__(self, key: str) -> bool:
+        s = self._set
+        return all(s[pos >> 3] & (1 << (pos & 7)) for pos in self._positions(key))
+
+    @property
+    def full(self) -> bool:
+        """Past its capacity: false positives grow; rebuild a larger one."""
+        return self.count > self.capacity
+
+    @property
+    def size(self) -> int:
+        """Bytes held."""
+        return len(self._set)
