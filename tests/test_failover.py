@@ -233,3 +233,63 @@ def test_a_deposed_leaders_write_is_fenced_and_changes_nothing(pg_url: str) -> N
     finally:
         old.close()
         new.close()
+
+
+@pytest.mark.slow
+def test_a_peer_given_only_the_standby_survives_a_second_failover(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    from meshant import Queen
+
+    def queen(name: str) -> Queen:
+        return Queen(f"ipc://{tmp_path}/{name}", f"ipc://{tmp_path}/{name}-pub", name=name,
+                     journal=pg_url, lease=LEASE, hb_interval=0.2, hb_misses=5).start()
+
+    qa = queen("qa")
+    wait_for(lambda: qa.role == "leader", what="qa to lead")
+    qb = queen("qb")
+    try:
+        with Client(f"ipc://{tmp_path}/qb", queen_wait=60) as c:  # told of qb only
+            assert c.status()["queen"]["name"] == "qa"  # followed qb's hint
+            qa.stop()  # (hands the lease back)
+            wait_for(lambda: qb.role == "leader", what="qb to lead")
+            # qa is gone: back to the list it was given, where qb now leads.
+            wait_for(lambda: _status_name(c) == "qb", timeout=20,
+                     what="the client to come back to qb")
+    finally:
+        qa.stop()
+        qb.stop()
+
+
+def _status_name(c: Client) -> str:
+    try:
+        return str(c.status(timeout=1)["queen"]["name"])
+    except MeshantError:
+        return ""
+
+
+@pytest.mark.slow
+def test_a_hint_that_leads_nowhere_sends_the_peer_back_to_its_list(tmp_path: Path,
+                                                                    pg_url: str) -> None:
+    import psycopg
+
+    from meshant import Queen
+
+    def queen(name: str) -> Queen:
+        return Queen(f"ipc://{tmp_path}/{name}", f"ipc://{tmp_path}/{name}-pub", name=name,
+                     journal=pg_url, lease=LEASE, hb_interval=0.2, hb_misses=5).start()
+
+    qa = queen("qa")
+    wait_for(lambda: qa.role == "leader", what="qa to lead")
+    qb = queen("qb")
+    try:
+        # The lease names an endpoint nobody can reach (a bad --bind advertised, say).
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE meshant.lease SET endpoint = %s",
+                         (f"ipc://{tmp_path}/nowhere",))
+        wait_for(lambda: (qb.leadership.leader or object()).endpoint.endswith("nowhere"),
+                 what="qb to read the bad hint")
+        with Client(f"ipc://{tmp_path}/qb,ipc://{tmp_path}/qa", timeout=20) as c:
+            assert c.status()["queen"]["name"] == "qa"  # qb -> nowhere -> qa, the leader
+    finally:
+        qa.stop()
+        qb.stop()

@@ -279,3 +279,16 @@ def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path)
     assert again.journal is not None
     assert [k for k, *_ in again.journal.memory()] == ["plan", "lease"]
     again.journal.close()
+
+
+def test_keys_expiring_together_are_one_journal_record() -> None:
+    sim = SimColony(journal=None)
+    sim.core._archived = True  # journaled (records counted, not written)
+    c = sim.client("c")
+    for i in range(50):
+        c.send("mem.sync", {"op": "set", "key": f"k{i}", "value": i, "ttl": 0.5})
+        assert c.one("mem.sync").b["op"] == "ok"
+    before = sim.records
+    assert before == 50  # one a turn: each set came in its own turn
+    sim.advance(0.6)
+    assert not sim.core.memory.items and sim.records == before + 1

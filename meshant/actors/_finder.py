@@ -26,6 +26,7 @@ class QueenFinder:
     _queen_key: bytes | None
     _sub_endpoint: str
     queens: list[str]
+    _qi: int  # the index in ``queens`` of the endpoint last tried from the list
     _connected_to: str
     _unanswered: bool
     _follow_leader: bool
@@ -73,15 +74,20 @@ class QueenFinder:
                 "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)
 
     def _next_queen(self, leader: str) -> None:
-        """(I/O thread) Go to ``leader`` (a standby's hint), else to the next endpoint."""
-        if leader:
+        """(I/O thread) Go to ``leader`` (a standby's hint: one attempt), else back to the
+        list of endpoints, to the one after the last tried (after the standby that gave
+        a hint that led nowhere, so a leader that is in the list is always reached)."""
+        if leader and leader != self.queen:
             try:
                 self.queen = check_endpoint(leader)
             except ValueError:
                 leader = ""
-        if not leader and len(self.queens) > 1:
-            i = self.queens.index(self.queen) if self.queen in self.queens else -1
-            self.queen = self.queens[(i + 1) % len(self.queens)]
+        else:
+            leader = ""
+        if not leader and self.queens and (len(self.queens) > 1
+                                           or self.queen not in self.queens):
+            self._qi = (self._qi + 1) % len(self.queens)
+            self.queen = self.queens[self._qi]
         if self.queen != self._connected_to:
             log.info("%s: trying the queen at %s", self.name, self.queen)
 
@@ -117,8 +123,9 @@ class QueenFinder:
         if moved is not None and moved.router != self.queen:
             self._follow_queen()  # a fresh connection to where it went
             return
-        if self._unanswered and len(self.queens) > 1:
-            self._next_queen("")
+        if self._unanswered and (len(self.queens) > 1 or (
+                self.queens and self.queen not in self.queens)):
+            self._next_queen("")  # no answer there: the next one
         if fresh or self._connected_to != self.queen:
             self._open_socket()
 

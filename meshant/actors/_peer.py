@@ -62,6 +62,7 @@ class Peer(QueenFinder):
         # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
         self.queens = [] if discover else check_endpoints(resolve_queen(queen))
         self.queen = self.queens[0] if self.queens else ""
+        self._qi = 0
         self._connected_to = ""
         self._follow_leader = follow_leader
         self._error_body: dict[str, Any] = {}

@@ -86,7 +86,7 @@ class Queen:
         self._waker = Waker()
         if c.journal is not None and c.journal != ":memory:":
             try:
-                self.journal = open_journal(c.journal)
+                self.journal = open_journal(c.journal, timeout=c.lease)
             except JournalError as e:
                 raise MeshantError(str(e), code=p.Code.BAD_JOURNAL) from None
             # Final tasks stay on disk; the journal's own thread prunes them.
@@ -153,7 +153,12 @@ class Queen:
         if ld is None:
             return
         leading = ld.valid()
-        if leading and not self._leading:
+        if leading and self._leading and ld.term != self.core.term:
+            # Lost and taken back between two looks (a new term): what this core did
+            # under the old term is fenced; start again from the journal.
+            self._leading = False
+            self._take_over(now)
+        elif leading and not self._leading:
             self._take_over(now)
         elif not leading and self._leading:
             self._leading = False
@@ -168,9 +173,19 @@ class Queen:
             self.core.term = ld.term
 
     def _advertise_role(self) -> None:
-        if self.advertiser is not None and self.leadership is not None:
-            self.advertiser.update(epoch=self.epoch, role=self.role,
-                                   term=self.leadership.term)
+        """Tell discovery the new role and term, from a thread: zeroconf waits for its
+        announcements (and may raise), which the loop must not."""
+        adv, ld = self.advertiser, self.leadership
+        if adv is None or ld is None:
+            return
+        epoch, role, term = self.epoch, self.role, ld.term
+
+        def update() -> None:
+            try:
+                adv.update(epoch=epoch, role=role, term=term)
+            except Exception as e:  # discovery is advisory: the queen goes on
+                log.warning("could not update the mDNS record: %s", e)
+        threading.Thread(target=update, name="meshant-mdns-update", daemon=True).start()
 
     def _take_over(self, now: float) -> None:
         ld = self.leadership
@@ -181,7 +196,8 @@ class Queen:
         try:
             core = self._new_core(now, restore=True)
         except JournalError as e:
-            ld.step_down(f"cannot read the journal: {e}")
+            ld.step_down(f"cannot read the journal: {e}", ld.term)
+            self.core = self._new_core(now, restore=False)
             return
         self.core = core
         self._leading = True
@@ -394,6 +410,10 @@ class Queen:
             now = time.monotonic()
             wait = max(0.0, min(next_tick, next_beat) - now)
             events = dict(poller.poll(int(wait * 1000)))
+            if leadership is not None:
+                self._roles(time.monotonic())  # (the poll may have slept through a pause)
+                if self.core is not core:
+                    continue
             if router in events:
                 now = time.monotonic()
                 # Drain what is there without blocking, bounded so timers still run.
@@ -456,7 +476,7 @@ class Queen:
                         raise
                     # Deposed, or the database away past the lease: nothing after this
                     # record may leave. The journal holds the truth; the leader rebuilds.
-                    self.leadership.step_down(str(e))
+                    self.leadership.step_down(str(e), self.core.term)
                     self._roles(time.monotonic())
                     return
 

@@ -79,6 +79,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
     def take(self) -> list[Action]:
         """The actions decided since the last call, in the order to carry them out."""
         out, self.out = self.out, []
+        self._mem_record = None
         return out
 
     def receive(self, frames: list[bytes], key: bytes | None, now: float) -> None:

@@ -185,6 +185,7 @@ class QueenState:
             self.restored = self.scheduler.restore(list(restore), now, now + wall_offset,
                                                    grace=self.registry.timeout * 2)
         self.out: list[Action] = []
+        self._mem_record: RecordMemory | None = None
         self._later: list[tuple[Node, p.Message]] = []
         self._key: bytes | None = None
         self._now = now
@@ -224,7 +225,14 @@ class QueenState:
                 exp = self.memory.expires.get(key)
                 change = (key, update.get("value"),
                           None if exp is None else exp + self.wall_offset, update["seq"])
-            self.out.append(RecordMemory([change]))
+            # One record a turn, however many keys change (a thousand keys expiring at
+            # once are one transaction): it stands before the first change's publication,
+            # so before every later one too.
+            rec = self._mem_record
+            if rec is None:
+                rec = self._mem_record = RecordMemory([])
+                self.out.append(rec)
+            rec.changes.append(change)
         msg = p.Message("mem.sync", update, frm=self.name, ts=self._wall(self._now))
         self.out.append(Publish(MEM_TOPIC, p.binary.encode(msg)))
 

@@ -120,7 +120,8 @@ class TaskHandlers(QueenState):
         self.counters["resubmitted"] += 1
         task.client = identity
         if task.final is not None:
-            self._send(node, p.Message("task.result", task.final, ref=task.id))
+            # After this turn's record: the task may have finished in this very turn.
+            self._later.append((node, p.Message("task.result", task.final, ref=task.id)))
         elif msg.b.get("ack"):
             self._later.append((node, p.Message("task.submitted", {"task": task.id},
                                                 ref=msg.id)))
@@ -132,8 +133,8 @@ class TaskHandlers(QueenState):
         if task is None:
             return False
         if task.final is not None:
-            self._send(node, p.Message("task.result", {**task.final, "task": msg.id,
-                                                       "original": task.id}, ref=msg.id))
+            self._later.append((node, p.Message("task.result", {
+                **task.final, "task": msg.id, "original": task.id}, ref=msg.id)))
         else:
             task.watchers.append((identity, node.name, msg.id))
             if msg.b.get("ack"):

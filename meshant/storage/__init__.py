@@ -15,12 +15,13 @@ def is_postgres(spec: str | None) -> bool:
     return bool(spec) and str(spec).startswith(PG_SCHEMES)
 
 
-def open_journal(spec: str, *, readonly: bool = False) -> Any:
-    """The journal ``spec`` names: a PostgreSQL URL, or an SQLite file path."""
+def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0) -> Any:
+    """The journal ``spec`` names: a PostgreSQL URL, or an SQLite file path. ``timeout``
+    (PostgreSQL: the lease) bounds every statement and lock wait."""
     if is_postgres(spec):
         from meshant.storage.pg import PgJournal
 
-        return PgJournal(spec, readonly=readonly)
+        return PgJournal(spec, readonly=readonly, timeout=timeout)
     from meshant.storage.journal import Journal
 
     return Journal(spec, readonly=readonly)

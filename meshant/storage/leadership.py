@@ -60,7 +60,6 @@ class Leadership:
         self._margin = min(0.5, lease / 5)
         self._stop = threading.Event()
         self._conn: Any = None
-        self._next_prune = 0.0
         self._thread: threading.Thread | None = None
 
     # -- the queen's side ---------------------------------------------------------------
@@ -94,10 +93,11 @@ class Leadership:
             except Exception:
                 pass
 
-    def step_down(self, why: str) -> None:
+    def step_down(self, why: str, term: int | None = None) -> None:
         """(Any thread) This queen is no leader any more (deposed, lapsed, or its journal
-        refused a write)."""
-        if self.role == LEADER:
+        refused a write). With ``term``: only if that is still the term held (a failure
+        of an older term must not end a newer one)."""
+        if self.role == LEADER and (term is None or term == self.term):
             self.role = STANDBY
             self.leader = None  # who leads now: the next round reads it
             log.warning("queen %s steps down (term %d): %s", self.name, self.term, why)
@@ -113,7 +113,7 @@ class Leadership:
     def _round(self) -> None:
         try:
             if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = connect(self.journal.url)
+                self._conn = connect(self.journal.url, self.lease)
             if self.role == LEADER:
                 self._renew()
             else:
@@ -164,13 +164,3 @@ class Leadership:
             self.step_down("another queen took the lease")
             return
         self._valid_until = sent + self.lease - self._margin
-        self._prune()
-
-    def _prune(self) -> None:
-        retain = self.journal._retain
-        now = time.monotonic()
-        if retain is None or now < self._next_prune:
-            return
-        seconds, count, every = retain
-        self._next_prune = now + every
-        self.journal.prune(time.time() - seconds, count, db=self._conn)

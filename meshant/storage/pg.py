@@ -13,6 +13,7 @@ write in progress and fences every later one. psycopg 3 is an optional dependenc
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,6 +38,7 @@ SCHEMA_VERSION = 3
 APP = "meshant-journal"
 CONNECT_TIMEOUT = 2  # seconds: a database that does not answer is retried, not waited for
 RETRY_EVERY = 0.25  # seconds between attempts while the database is away
+PRUNE_BATCH = 500
 LOCK_KEY = 0x6D657368  # pg_advisory_xact_lock key: one queen creates the schema
 
 _DDL = f"""
@@ -134,11 +136,25 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def connect(url: str) -> Any:
-    """A connection in autocommit mode with the meshant schema first on its path."""
+def connect(url: str, timeout: float = 5.0) -> Any:
+    """A connection in autocommit mode with the meshant schema first on its path, that
+    never waits for long: ``timeout`` (the lease) bounds every statement, every lock
+    wait, a transaction left idle (the server aborts it, releasing its locks: a leader
+    cut off mid-write cannot hold the lease row for ever), and a silent network (TCP
+    keepalives and user timeout)."""
     psycopg = _psycopg()
-    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-    conn.execute(f"SET search_path TO {SCHEMA}")
+    ms = max(100, int(timeout * 1000))
+    conn = psycopg.connect(
+        url, autocommit=True, connect_timeout=CONNECT_TIMEOUT, keepalives=1,
+        keepalives_idle=1, keepalives_interval=1, keepalives_count=max(1, int(timeout)),
+        tcp_user_timeout=ms,
+        options=f"-c statement_timeout={ms} -c lock_timeout={ms} "
+                f"-c idle_in_transaction_session_timeout={ms}")
+    try:
+        conn.execute(f"SET search_path TO {SCHEMA}")
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -150,8 +166,9 @@ class PgJournal(JournalReader):
     while the database is away; as long as it returns True, reads and writes are tried
     again (a leader waits while its lease is valid), else they raise."""
 
-    def __init__(self, url: str, *, readonly: bool = False) -> None:
+    def __init__(self, url: str, *, readonly: bool = False, timeout: float = 5.0) -> None:
         self.url = url
+        self.timeout = timeout  # the lease: no statement or lock wait lasts longer
         self.path = redact(url)
         self.readonly = readonly
         self.term: int | None = None
@@ -162,10 +179,11 @@ class PgJournal(JournalReader):
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
         self._closed = False
+        self._pruner: threading.Thread | None = None
         psycopg = self._psycopg = _psycopg()
         self._errors = (psycopg.OperationalError, psycopg.InterfaceError)
         try:
-            self.db = connect(url)
+            self.db = connect(url, timeout)
         except self._errors as e:
             raise JournalError(f"cannot reach the journal database {self.path}: "
                                f"{str(e).strip()}") from None
@@ -215,8 +233,13 @@ class PgJournal(JournalReader):
         self._ids = None
 
     def retain(self, seconds: float, count: int, every: float = 60.0) -> None:
-        """What ``prune`` forgets, and how often: the leader's lease thread does it."""
+        """Prune (see ``prune``) every ``every`` seconds, from a thread of its own, while
+        this queen leads: final tasks older than ``seconds`` or beyond the newest ``count``."""
         self._retain = (seconds, count, every)
+        if self._pruner is None and not self.readonly:
+            self._pruner = threading.Thread(target=self._prunes, daemon=True,
+                                            name="meshant-journal-prune")
+            self._pruner.start()
 
     # -- the database going away --------------------------------------------------------
 
@@ -234,7 +257,7 @@ class PgJournal(JournalReader):
                 raise JournalError(f"the journal {self.path} was closed")
             try:
                 if self.db.closed or self.db.broken:
-                    self.db = connect(self.url)
+                    self.db = connect(self.url, self.timeout)
                 return fn()
             except self._errors as e:
                 if not self.patience():
@@ -293,21 +316,56 @@ class PgJournal(JournalReader):
 
     def prune(self, before: float, keep: int, db: Any = None) -> int:
         """Forget final tasks (not dead letters) updated before ``before`` (wall) and
-        beyond the newest ``keep`` final ones. Returns how many went."""
+        beyond the newest ``keep`` final ones, PRUNE_BATCH to a transaction (each short:
+        the leader's writes never wait long behind one). Returns how many went."""
         db = db or self.db
-        with db.transaction():
-            cur = db.execute(
-                "WITH old AS (SELECT id FROM tasks WHERE final IS NOT NULL AND dead = 0 AND "
-                "(updated < %s OR id NOT IN (SELECT id FROM tasks WHERE final IS NOT NULL "
-                "ORDER BY updated DESC LIMIT %s))), "
-                "gone AS (DELETE FROM events WHERE task_id IN (SELECT id FROM old)) "
-                "DELETE FROM tasks WHERE id IN (SELECT id FROM old)", (before, keep))
-            n = int(cur.rowcount or 0)
-        self.pruned += n
-        return n
+        old = [r[0] for r in db.execute(
+            "SELECT id FROM tasks WHERE final IS NOT NULL AND dead = 0 AND (updated < %s OR "
+            "id NOT IN (SELECT id FROM tasks WHERE final IS NOT NULL ORDER BY updated DESC "
+            "LIMIT %s))", (before, keep)).fetchall()]
+        gone = 0
+        for i in range(0, len(old), PRUNE_BATCH):
+            if self._closed:
+                break
+            ids = old[i:i + PRUNE_BATCH]
+            with db.transaction():
+                db.execute("DELETE FROM events WHERE task_id = ANY(%s) AND task_id IN (SELECT "
+                           "id FROM tasks WHERE id = ANY(%s) AND final IS NOT NULL AND dead = 0)",
+                           (ids, ids))
+                cur = db.execute("DELETE FROM tasks WHERE id = ANY(%s) AND final IS NOT NULL "
+                                 "AND dead = 0", (ids,))
+                gone += int(cur.rowcount or 0)
+        self.pruned += gone
+        return gone
+
+    def _prunes(self) -> None:
+        """(Its own thread and connection) Prune every ``every`` seconds while this queen
+        leads (``patience``): never on the loop, never on the lease's renewals."""
+        db = None
+        next_at = 0.0
+        while not self._closed:
+            time.sleep(0.2)
+            retain = self._retain
+            if retain is None or self.term is None or not self.patience():
+                continue
+            seconds, count, every = retain
+            now = time.monotonic()
+            if now < next_at:
+                continue
+            next_at = now + every
+            try:
+                if db is None or db.closed or db.broken:
+                    db = connect(self.url, self.timeout)
+                self.prune(time.time() - seconds, count, db=db)
+            except Exception:  # the database is away or busy: next time
+                next_at = now + 1.0
+        if db is not None:
+            db.close()
 
     def close(self) -> None:
         self._closed = True
+        if self._pruner is not None:
+            self._pruner.join(5)
         try:
             self.db.close()
         except Exception:  # closing a broken connection
