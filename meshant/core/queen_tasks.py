@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.answers import progress_problem, result_problem
 from meshant.core.queen_state import (
     DUPLICATE_TASK,
     NOT_YOURS,
@@ -174,8 +175,29 @@ class TaskHandlers(QueenState):
         else:
             self._release(node, msg.ref)
 
+    def _refused(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                 problem: str | None, ref: str | None, feature: str | None = None) -> bool:
+        """Answer a forager's malformed (or not negotiated) answer; True if it was one.
+        It changes nothing: the attempt stays current, its lease is not renewed."""
+        if feature is not None and node is not None and feature not in node.features:
+            self.counters["protocol_errors"] += 1
+            self._error_to(identity, codec, Code.UNSUPPORTED,
+                           f"this peer did not negotiate {feature!r}: no {msg.kind}"
+                           + (" with partial: true" if msg.kind == "task.result" else ""),
+                           msg.id, **({"assign": ref} if ref is not None else {}))
+            return True
+        if problem is None:
+            return False
+        self.counters["protocol_errors"] += 1
+        self._error_to(identity, codec, Code.BAD_VALUE, problem, msg.id,
+                       **({"assign": ref} if ref is not None else {}))
+        return True
+
     def _on_progress(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                      now: float) -> None:
+        if self._refused(identity, node, msg, codec, progress_problem(msg.b), msg.ref,
+                         "progress"):
+            return
         att = self._attempt(identity, node, msg, codec, msg.ref)
         if att is not None:
             self.scheduler.progress(att, msg.b, now)
@@ -186,6 +208,9 @@ class TaskHandlers(QueenState):
 
     def _result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                 ref: str | None, body: dict[str, Any], now: float) -> None:
+        if self._refused(identity, node, msg, codec, result_problem(body, codec), ref,
+                         "progress" if body.get("partial") else None):
+            return
         att = self._attempt(identity, node, msg, codec, ref)
         if att is not None:
             self.scheduler.result(att, body, now)
@@ -204,6 +229,8 @@ class TaskHandlers(QueenState):
 
     def _on_batch(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                   now: float) -> None:
+        if self._refused(identity, node, msg, codec, None, None, "batch"):
+            return
         for item in msg.b["results"]:
             if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
                 self.counters["protocol_errors"] += 1
