@@ -277,6 +277,8 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             return
         handler = self._handlers.get(msg.kind)
         if handler is None:
+            if msg.kind == "error":
+                return  # an error is never answered (spec §9): two peers could loop
             self._error_to(identity, codec, UNSUPPORTED,
                            f"the queen does not accept {msg.kind!r} messages", msg.id)
             return

@@ -19,6 +19,8 @@ from meshant.core.registry import Node
 from meshant.core.scheduler import DuplicateTask, QueueFull, Task
 from meshant.protocol.codes import Code
 
+_RESULT = p.BY_NAME["task.result"]
+
 
 class TaskHandlers(QueenState):
     """The queen core's task messages: submissions (validation, idempotency, re-sent ids),"""
@@ -158,7 +160,8 @@ class TaskHandlers(QueenState):
         else:
             self.scheduler.counters["unknown_results"] += 1
             self._error_to(identity, codec, UNKNOWN_TASK,
-                           f"no assign {ref!r} is known for this forager", msg.id, assign=ref)
+                           f"no assign {ref!r} is known for this forager", msg.id,
+                           **({"assign": ref} if ref is not None else {}))
         return None
 
     def _on_accept(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
@@ -236,6 +239,12 @@ class TaskHandlers(QueenState):
                 self.counters["protocol_errors"] += 1
                 self._error_to(identity, codec, Code.BAD_TYPE,
                                "each batched result must be a map with a 'ref'", msg.id)
+                continue
+            try:
+                p.validate_body(_RESULT, item)  # an item is a full task.result body (§2.4)
+            except p.ProtocolError as e:
+                self.counters["protocol_errors"] += 1
+                self._error_to(identity, codec, e.code, e.message, msg.id, assign=item["ref"])
                 continue
             self._result(identity, node, msg, codec, item["ref"], item, now)
 
