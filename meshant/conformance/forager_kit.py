@@ -169,6 +169,12 @@ class ForagerKit:
         self.q.expect(match, timeout, f"final result for {aid}")
         problem = result_problem(found, self.q.codec)
         require(problem is None, f"malformed result for {aid}: {problem}")
+        about = [(m, n) for _, m, n in self.q.log if m.ref == aid]
+        if "progress" not in self.features and self.q.codec != JSON:
+            require(not any(m.kind == "task.progress" or m.b.get("partial") for m, _ in about),
+                    f"progress or partial results for {aid} without progress negotiated")
+        require("blobs" in self.features or not any(n for _, n in about),
+                f"blob frames about {aid} without blobs negotiated")
         return found
 
     def _echo_ok(self, what: str = "echo") -> None:
@@ -340,6 +346,7 @@ class ForagerKit:
         self.q.beat()
         deadline = time.monotonic() + 15.0
         while time.monotonic() < deadline:
+            self._alive()
             self.q.beat()
             m = self.q.poll(kind_is("hello"), HB_INTERVAL)
             if m is not None:

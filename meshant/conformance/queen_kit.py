@@ -38,8 +38,7 @@ class QueenKit(TaskChecks):
     def run(self) -> Report:
         r = self.report
         try:
-            if not r.run("q.welcome", self._welcome):
-                return r  # nothing else can work
+            ok = r.run("q.welcome", self._welcome)
             for cid, fn in (
                 ("q.not-registered", self._not_registered), ("q.refusals", self._refusals),
                 ("q.name-taken", self._name_taken), ("q.decode-errors", self._decode_errors),
@@ -53,7 +52,10 @@ class QueenKit(TaskChecks):
                 ("q.features", self._features), ("q.services", self._services),
                 ("q.legacy", self._legacy),
             ):
-                r.run(cid, fn)
+                if ok:
+                    r.run(cid, fn)
+                else:
+                    r.add(cid, "SKIP", "needs a queen that passes q.welcome")
             return r
         finally:
             for peer in self.peers:
