@@ -47,6 +47,8 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
     (_Q, "q.not-registered", "§5.1", "anything before hello is refused not-registered"),
     (_Q, "q.refusals", "§5.3", "each bad hello is refused with its code"),
     (_Q, "q.name-taken", "§5.5", "a live peer's name, without its session, is name-taken"),
+    (_Q, "q.rate-limited", "§9", "hellos faster than the queen's rate are rate-limited, "
+     "with retry_after"),
     (_Q, "q.decode-errors", "§9", "each malformed message is refused with its code and "
      "changes nothing"),
     (_Q, "q.queen-errors", "§9", "bad-from, unsupported, unknown-recipient, unknown-task, "

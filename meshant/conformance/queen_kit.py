@@ -41,7 +41,8 @@ class QueenKit(TaskChecks):
             ok = r.run("q.welcome", self._welcome)
             for cid, fn in (
                 ("q.not-registered", self._not_registered), ("q.refusals", self._refusals),
-                ("q.name-taken", self._name_taken), ("q.decode-errors", self._decode_errors),
+                ("q.name-taken", self._name_taken), ("q.rate-limited", self._rate_limited),
+                ("q.decode-errors", self._decode_errors),
                 ("q.queen-errors", self._queen_errors), ("q.lifecycle", self._lifecycle),
                 ("q.bad-answer", self._bad_answer), ("q.not-yours", self._not_yours),
                 ("q.duplicate-task", self._duplicate_task),
@@ -154,6 +155,19 @@ class QueenKit(TaskChecks):
         require(m.kind == "error" and m.b["code"] == "name-taken", f"answered {m.kind} {m.b}")
         require(isinstance(m.b.get("retry_after"), int | float), "name-taken without retry_after")
         return ""
+
+    def _rate_limited(self) -> str:
+        peer = self.raw("client")
+        body = {"role": "client", "name": peer.name, "versions": [2]}
+        sent = [peer.send("hello", body) for _ in range(30)]
+        ids = {s.id for s in sent}
+        answers = [peer.expect(lambda m: m.ref in ids, self.timeout, "an answer to hello")
+                   for _ in sent]
+        limited = [m for m in answers if m.kind == "error" and m.b["code"] == "rate-limited"]
+        require(limited, "30 hellos at once on one connection were all welcomed")
+        retry = limited[0].b.get("retry_after")
+        require(isinstance(retry, int | float) and retry > 0, f"retry_after is {retry!r}")
+        return f"{len(limited)} of 30 refused, retry_after {retry} s"
 
     def _decode_errors(self) -> str:
         peer = self.client()
