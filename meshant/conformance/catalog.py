@@ -40,6 +40,8 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
     (_F, "f.blobs", "§2.3", "bytes of 100 KiB come back intact (as blobs when negotiated)"),
     (_F, "f.bad-input", "§9", "malformed messages from the queen do not stop the forager"),
     (_F, "f.reconnect", "§7a", "a new queen epoch on PUB makes the forager say hello again"),
+    (_F, "f.rejoin", "§5.4", "after a reconnect, hello lists the running assignment, and "
+     "a task.cancel for it stops it"),
     (_F, "f.no-features", "§5.2", "without progress, batch and blobs negotiated, none is used"),
     (_F, "f.legacy", "§8", "an IACP 1.1 forager answers a JSON task.assign with ref = its id"),
     # The kit plays foragers and clients against a queen.

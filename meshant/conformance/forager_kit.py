@@ -50,6 +50,7 @@ class ForagerKit:
         self.tools: list[str] = []
         self.slots = 1
         self.n = 0
+        self.running = ""
         # The forager's output, kept for a failure's diagnosis; closed by _stop.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
 
@@ -64,7 +65,7 @@ class ForagerKit:
             legacy = self.q.codec == JSON
             if legacy:
                 for cid in ("f.hello-fields", "f.assigns", "f.progress", "f.lease", "f.cancel",
-                            "f.blobs", "f.reconnect", "f.no-features"):
+                            "f.blobs", "f.reconnect", "f.rejoin", "f.no-features"):
                     r.add(cid, "SKIP", "an IACP 1.1 forager (§8) has no hello or features")
                 r.run("f.legacy", self._legacy)
                 r.run("f.bad-input", self._bad_input)
@@ -82,9 +83,11 @@ class ForagerKit:
                 r.run("f.blobs", self._blobs)
                 r.run("f.bad-input", self._bad_input)
                 if r.run("f.reconnect", self._reconnect):
+                    r.run("f.rejoin", self._rejoin)
                     r.run("f.no-features", self._no_features)
                 else:
-                    r.add("f.no-features", "SKIP", "needs the reconnect of f.reconnect")
+                    for cid in ("f.rejoin", "f.no-features"):
+                        r.add(cid, "SKIP", "needs the reconnect of f.reconnect")
                 r.add("f.legacy", "SKIP", "the forager speaks IACP/2")
             r.run("f.from", self._from)
             r.run("f.decode", self._decode)
@@ -340,6 +343,10 @@ class ForagerKit:
         return f"{sent} malformed messages, then still serving"
 
     def _reconnect(self) -> str:
+        # A task left running across the reconnect, for f.rejoin.
+        self.running = self._assign_one("sleep", {"seconds": 30}) if "sleep" in self.tools else ""
+        if self.running:
+            self.q.poll(lambda m: m.ref == self.running, 1.0)  # accepted, if it says so
         old = self.q.epoch
         self.q.epoch = secrets.token_hex(8)
         self.q.name = ""  # beats stop until the hello: as a queen that restarted
@@ -351,12 +358,34 @@ class ForagerKit:
             m = self.q.poll(kind_is("hello"), HB_INTERVAL)
             if m is not None:
                 self.hello = m
+                # Welcomed with no features: f.no-features checks none is used.
+                self.features = frozenset()
+                self._welcome([])
                 return f"epoch {old[:6]}… → {self.q.epoch[:6]}…: hello again"
         raise CheckFailed("no hello within 15 s of a new epoch on the PUB heartbeat")
 
+    def _rejoin(self) -> str:
+        if not self.running:
+            raise Skipped("the forager does not serve 'sleep'")
+        assert self.hello is not None
+        running = self.hello.b.get("running") or []
+        require(self.running in running, f"the hello after the reconnect lists running "
+                f"{running}, not the 30 s sleep {self.running} it was running")
+        # This queen does not hold that assignment (it "restarted"): it cancels it (§5.4).
+        self.q.send("task.cancel", {"task": self.running.rpartition(".")[0]}, ref=self.running)
+        try:
+            got = self._final(self.running, 5.0)
+        except CheckFailed:
+            got = {}
+        self._need("echo")
+        self._echo_ok("after a stale assignment's cancel")
+        if not got:
+            return "listed in running; no answer to the cancel (allowed: SHOULD)"
+        require(got.get("status") in ("cancelled", "error"),
+                f"a cancelled 30 s sleep answered {got}")
+        return f"listed in running; the cancel answered {got.get('status')!r}"
+
     def _no_features(self) -> str:
-        self.features = frozenset()
-        self._welcome([])
         self._need("echo")
         self._echo_ok("without features")
         used = []
