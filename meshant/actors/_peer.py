@@ -344,11 +344,9 @@ class Peer(QueenFinder):
             msg.frm = self.name
         if not msg.ts:
             msg.ts = time.time()
-        frames = p.binary.encode(msg)
-        if len(frames) > 1 and "blobs" not in self._sess.features:
-            # A feature not negotiated is not used (spec §5): bytes go inline.
+        if "blobs" not in self._sess.features:  # not negotiated, not used (spec §5)
             msg.body = p.inline_blobs(msg.body)
-            frames = p.binary.encode(msg)
+        frames = p.binary.encode(msg)
         limit = self.max_message
         for f in frames:
             if len(f) > limit:
