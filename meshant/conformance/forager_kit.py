@@ -429,5 +429,10 @@ class ForagerKit:
 
 def check_forager(command: list[str], *, startup: float = 30.0,
                   echo: Callable[[str], None] | None = None) -> Report:
-    """Run the forager kit against ``command``; ``echo`` receives each verdict line."""
+    """Play the queen against the forager started by ``command`` (an argv list; it gets
+    ``MESHANT_QUEEN``, and ``{queen}`` in an argument becomes the kit's endpoint) and stop
+    it at the end. ``echo`` receives each verdict line as it is decided. The
+    :class:`Report` holds one outcome per forager check; ``report.failed`` is the number
+    of FAILs (the CLI exits 1 when it is not 0). Raises OSError if the command cannot be
+    started."""
     return ForagerKit(command, startup=startup, echo=echo).run()

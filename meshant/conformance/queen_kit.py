@@ -280,7 +280,10 @@ class QueenKit(TaskChecks):
 
 def check_queen(endpoint: str, *, timeout: float = 5.0,
                 echo: Callable[[str], None] | None = None) -> Report:
-    """Run the queen kit against the queen at ``endpoint``."""
+    """Play foragers and clients against the queen at ``endpoint`` (a ZeroMQ endpoint of
+    its ROUTER), waiting at most ``timeout`` seconds for each answer. Fresh names and
+    capabilities keep a live colony's work apart. ``echo`` receives each verdict line; the
+    :class:`Report` holds one outcome per queen check."""
     return QueenKit(endpoint, timeout=timeout, echo=echo).run()
 
 
