@@ -47,12 +47,17 @@ def test_spec_and_kit_name_each_other() -> None:
 
 
 def test_cli_explains_itself() -> None:
-    r = meshant("conformance", "forager", "--help")
-    assert r.returncode == 0 and "MESHANT_QUEEN" in r.stdout and "{queen}" in r.stdout
-    r = meshant("conformance", "forager")
-    assert r.returncode == 2 and "COMMAND" in r.stderr
-    r = meshant("conformance", "forager", "--", str(ROOT / "no-such-forager"))
-    assert r.returncode == 1 and "cannot start" in r.stderr
+    from click.testing import CliRunner
+
+    from meshant.cli import main
+
+    run = CliRunner().invoke
+    r = run(main, ["conformance", "forager", "--help"])
+    assert r.exit_code == 0 and "MESHANT_QUEEN" in r.output and "{queen}" in r.output
+    r = run(main, ["conformance", "forager"])
+    assert r.exit_code == 2 and "COMMAND" in r.output
+    r = run(main, ["conformance", "forager", "--", str(ROOT / "no-such-forager")])
+    assert r.exit_code == 1 and "cannot start" in r.output
 
 
 @pytest.mark.slow
