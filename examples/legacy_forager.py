@@ -62,8 +62,11 @@ def main() -> None:
     print(json.dumps({"event": "ready", "name": name}), flush=True)
     while running:
         if sock.poll(200):
-            msg = json.loads(sock.recv())
-            kind = msg.get("kind")
+            try:
+                msg = json.loads(sock.recv())
+                kind = msg.get("kind")
+            except (ValueError, AttributeError):
+                continue  # not a JSON object: bad input changes nothing
             if kind == "task.assign":
                 body = msg.get("body", {})
                 tool = TOOLS.get(body.get("capability"))

@@ -8,6 +8,7 @@ from meshant.actors.forager import Forager
 from meshant.actors.futures import TaskFuture, Update
 from meshant.actors.handlers import TaskContext
 from meshant.actors.queen import Queen
+from meshant.conformance import check_forager, check_queen
 from meshant.core.queen import QueenConfig
 from meshant.errors import (
     ConfigError,
@@ -50,4 +51,6 @@ __all__ = [
     "TooLarge",
     "Update",
     "__version__",
+    "check_forager",
+    "check_queen",
 ]

@@ -59,7 +59,7 @@ class SimColony:
         peer = SimPeer(self, name, f"id-{name}-{len(self.peers)}".encode())
         self.peers[peer.identity] = peer
         body = {"role": role, "name": name, "versions": [2], "codecs": ["msgpack"],
-                "features": list(hello.pop("features", ["batch", "progress"])), **hello}
+                "features": list(hello.pop("features", p.negotiation.FEATURES)), **hello}
         if role == "forager":
             body.setdefault("slots", 1)
             body.setdefault("tools", ["echo"])

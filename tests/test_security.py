@@ -225,7 +225,8 @@ def test_each_limit_answers_with_its_code(colony: Colony) -> None:
     assert ask("hello", {"role": "client", "versions": [2], "name": "no spaces"}) == "bad-name"
     c.close()  # make room under --max-peers
     wait_for(lambda: c.name not in q.registry.by_name, what="the closed client to leave")
-    assert ask("hello", {"role": "client", "versions": [2], "name": "raw"}) == "welcome"
+    assert ask("hello", {"role": "client", "versions": [2], "name": "raw",
+                         "features": ["broadcast", "mem.sync"]}) == "welcome"
     assert ask("broadcast", {"topic": "bad topic", "data": 1}, frm="raw") == "bad-topic"
     assert ask("note", {"text": "two\nlines"}, frm="raw", to="raw") == "bad-value"
     raw.close(0)

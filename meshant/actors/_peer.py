@@ -345,6 +345,8 @@ class Peer(QueenFinder):
             msg.frm = self.name
         if not msg.ts:
             msg.ts = time.time()
+        if "blobs" not in self._sess.features:  # not negotiated, not used (spec §5)
+            msg.body = p.inline_blobs(msg.body)
         frames = p.binary.encode(msg)
         limit = self.max_message
         for f in frames:

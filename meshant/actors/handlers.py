@@ -19,6 +19,9 @@ class Sender(Protocol):
 
     def send_message(self, msg: p.Message) -> None: ...
 
+    @property
+    def features(self) -> frozenset[str]: ...
+
 
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
@@ -65,8 +68,9 @@ class TaskContext:
 
     def progress(self, fraction: float | None = None, note: str | None = None) -> None:
         """Report progress (0.0-1.0) and/or a short note; also renews the task's lease.
-        Nothing is sent once the task is cancelled."""
-        if self._cancelled:
+        Nothing is sent once the task is cancelled, or when the queen did not negotiate
+        ``progress`` (a feature not negotiated is not used, spec §5)."""
+        if self._cancelled or "progress" not in self._forager.features:
             return
         body: dict[str, Any] = {}
         if fraction is not None:
@@ -77,8 +81,8 @@ class TaskContext:
 
     def partial(self, value: Any) -> None:
         """Stream a partial result to the submitter (delivered in order, exactly once).
-        Nothing is sent once the task is cancelled."""
-        if self._cancelled:
+        Nothing is sent once the task is cancelled, or without ``progress`` negotiated."""
+        if self._cancelled or "progress" not in self._forager.features:
             return
         self._forager.send_message(p.Message(
             "task.result", {"partial": True, "value": p.wrap_blob(value)}, ref=self.ref,

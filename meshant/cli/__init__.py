@@ -13,7 +13,19 @@ import sys
 import click
 
 from meshant._version import __version__
-from meshant.cli import bench, control, demo, discover, dlq, forager, journal, keys, queen, tasks
+from meshant.cli import (
+    bench,
+    conformance,
+    control,
+    demo,
+    discover,
+    dlq,
+    forager,
+    journal,
+    keys,
+    queen,
+    tasks,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,7 +47,8 @@ def main(verbose: int) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _module in (queen, forager, tasks, control, dlq, journal, keys, discover, demo, bench):
+for _module in (queen, forager, tasks, control, dlq, journal, keys, discover, demo, bench,
+                conformance):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

@@ -210,6 +210,11 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             else:
                 task, kind, body = action[1], action[2], action[3]
                 client = task.client
+                if kind != "task.result" or body.get("partial"):
+                    # Progress and partial results reach only clients that negotiated them.
+                    peer = by_id.get(client)
+                    if peer is None or "progress" not in peer.features:
+                        continue
                 if kind == "task.result":
                     peer = by_id.get(client)
                     if peer is not None and "batch" in peer.features:
@@ -267,8 +272,14 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
                                f"'from' is {msg.frm!r} but this peer registered as "
                                f"{node.name!r}", msg.id)
                 return
+        if len(frames) > 2 and node is not None and "blobs" not in node.features:
+            self._error_to(identity, codec, UNSUPPORTED, "this peer did not negotiate 'blobs' "
+                           "in its hello: send bytes inline, with no blob frames", msg.id)
+            return
         handler = self._handlers.get(msg.kind)
         if handler is None:
+            if msg.kind == "error":
+                return  # an error is never answered (spec §9): two peers could loop
             self._error_to(identity, codec, UNSUPPORTED,
                            f"the queen does not accept {msg.kind!r} messages", msg.id)
             return

@@ -129,8 +129,9 @@ class PeerHandlers(QueenState):
             self._error_to(identity, JSON, Code.BAD_HELLO,
                            "hb body needs slots >= 1 and a list of tool names", msg.id)
             return
+        # IACP 1.1 had partial results and no hello to negotiate them in (spec §8).
         new = Node(name=name, identity=identity, role="forager", codec=JSON, slots=slots,
-                   key=self._key,
+                   key=self._key, features=frozenset({"progress"}),
                    tools=frozenset(tools), labels=dict(body.get("labels") or {}),
                    version=msg.v)
         # 1.1 peers beat every 10 s; give them the same number of misses at that pace.

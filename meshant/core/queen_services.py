@@ -55,6 +55,8 @@ class ServiceHandlers(QueenState):
     def _on_broadcast(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                       now: float) -> None:
         assert node is not None
+        if self._not_negotiated(identity, node, msg, codec, "broadcast"):
+            return
         topic = msg.b["topic"]
         if not valid_topic(topic):
             self._error_to(identity, codec, BAD_TOPIC, f"topic {topic[:40]!r} is not allowed: "
@@ -77,6 +79,8 @@ class ServiceHandlers(QueenState):
     def _on_memory(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                    now: float) -> None:
         assert node is not None
+        if self._not_negotiated(identity, node, msg, codec, "mem.sync"):
+            return
         b = msg.b
         op = b.get("op")
         try:
@@ -101,6 +105,16 @@ class ServiceHandlers(QueenState):
             self._publish_mem(update)
         self._send(node, p.Message("mem.sync", {"op": "ok", "seq": self.memory.seq},
                                    ref=msg.id))
+
+    def _not_negotiated(self, identity: bytes, node: Node, msg: p.Message, codec: str,
+                        feature: str) -> bool:
+        """A feature not negotiated is not used (spec §5): refuse its messages."""
+        if feature in node.features:
+            return False
+        self.counters["protocol_errors"] += 1
+        self._error_to(identity, codec, Code.UNSUPPORTED, f"this peer did not negotiate "
+                       f"{feature!r} in its hello: no {msg.kind} messages", msg.id)
+        return True
 
     def _on_dlq(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                 now: float) -> None:

@@ -13,7 +13,9 @@ from meshant.core.memory import DELETED, MemoryStore
 from meshant.core.policy import Backoff
 from meshant.core.registry import Node, Registry
 from meshant.core.scheduler import Scheduler, Task
+from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
+from meshant.protocol.message import inline_blobs
 from meshant.protocol.topics import MEM_TOPIC
 
 log = logging.getLogger("meshant.queen")
@@ -252,6 +254,10 @@ class QueenState:
             msg.frm = self.name
         if not msg.ts:
             msg.ts = self._wall(self._now)
+        if codec == BINARY and msg.body:
+            node = self.registry.by_id.get(identity)
+            if node is not None and "blobs" not in node.features:
+                msg.body = inline_blobs(msg.body)  # a feature not negotiated is not used
         self.out.append(Send(identity, codec, msg))
 
     def _error_to(self, identity: bytes, codec: str, code: str, message: str,

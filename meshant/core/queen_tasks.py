@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.answers import progress_problem, result_problem
 from meshant.core.queen_state import (
     DUPLICATE_TASK,
     NOT_YOURS,
@@ -17,6 +18,8 @@ from meshant.core.queen_state import (
 from meshant.core.registry import Node
 from meshant.core.scheduler import DuplicateTask, QueueFull, Task
 from meshant.protocol.codes import Code
+
+_RESULT = p.BY_NAME["task.result"]
 
 
 class TaskHandlers(QueenState):
@@ -158,7 +161,8 @@ class TaskHandlers(QueenState):
         else:
             self.scheduler.counters["unknown_results"] += 1
             self._error_to(identity, codec, UNKNOWN_TASK,
-                           f"no assign {ref!r} is known for this forager", msg.id, assign=ref)
+                           f"no assign {ref!r} is known for this forager", msg.id,
+                           **({"assign": ref} if ref is not None else {}))
         return None
 
     def _on_accept(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
@@ -175,8 +179,29 @@ class TaskHandlers(QueenState):
         else:
             self._release(node, msg.ref)
 
+    def _refused(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
+                 problem: str | None, ref: str | None, feature: str | None = None) -> bool:
+        """Answer a forager's malformed (or not negotiated) answer; True if it was one.
+        It changes nothing: the attempt stays current, its lease is not renewed."""
+        if feature is not None and node is not None and feature not in node.features:
+            self.counters["protocol_errors"] += 1
+            self._error_to(identity, codec, Code.UNSUPPORTED,
+                           f"this peer did not negotiate {feature!r}: no {msg.kind}"
+                           + (" with partial: true" if msg.kind == "task.result" else ""),
+                           msg.id, **({"assign": ref} if ref is not None else {}))
+            return True
+        if problem is None:
+            return False
+        self.counters["protocol_errors"] += 1
+        self._error_to(identity, codec, Code.BAD_VALUE, problem, msg.id,
+                       **({"assign": ref} if ref is not None else {}))
+        return True
+
     def _on_progress(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                      now: float) -> None:
+        if self._refused(identity, node, msg, codec, progress_problem(msg.b), msg.ref,
+                         "progress"):
+            return
         att = self._attempt(identity, node, msg, codec, msg.ref)
         if att is not None:
             self.scheduler.progress(att, msg.b, now)
@@ -187,6 +212,9 @@ class TaskHandlers(QueenState):
 
     def _result(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                 ref: str | None, body: dict[str, Any], now: float) -> None:
+        if self._refused(identity, node, msg, codec, result_problem(body, codec), ref,
+                         "progress" if body.get("partial") else None):
+            return
         att = self._attempt(identity, node, msg, codec, ref)
         if att is not None:
             self.scheduler.result(att, body, now)
@@ -205,11 +233,19 @@ class TaskHandlers(QueenState):
 
     def _on_batch(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                   now: float) -> None:
+        if self._refused(identity, node, msg, codec, None, None, "batch"):
+            return
         for item in msg.b["results"]:
             if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
                 self.counters["protocol_errors"] += 1
                 self._error_to(identity, codec, Code.BAD_TYPE,
                                "each batched result must be a map with a 'ref'", msg.id)
+                continue
+            try:
+                p.validate_body(_RESULT, item)  # an item is a full task.result body (§2.4)
+            except p.ProtocolError as e:
+                self.counters["protocol_errors"] += 1
+                self._error_to(identity, codec, e.code, e.message, msg.id, assign=item["ref"])
                 continue
             self._result(identity, node, msg, codec, item["ref"], item, now)
 

@@ -17,6 +17,7 @@ import msgpack
 
 from meshant.protocol.errors import (
     BAD_BLOB,
+    BAD_FLAGS,
     BAD_MAGIC,
     BAD_MSGPACK,
     BAD_TYPE,
@@ -44,7 +45,8 @@ MAX_BLOBS = 255
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 _ENV_KEYS = frozenset({"id", "from", "to", "ts", "ref"})
-_BATCH_CODE = BY_NAME["task.batch"].code
+# The kinds whose body is a batch: the BATCH flag is set on exactly these (spec §2.1).
+BATCH_CODES = frozenset({BY_NAME["task.batch"].code, BY_NAME["task.assigns"].code})
 _IDX = struct.Struct("!B")
 _packb = msgpack.packb
 _unpackb = msgpack.unpackb
@@ -94,7 +96,7 @@ def encode(msg: Message) -> list[Any]:
         for k, v in msg.extra.items():
             if k not in _ENV_KEYS:
                 env[k] = v
-    flags = FLAG_BATCH if code == _BATCH_CODE else 0
+    flags = FLAG_BATCH if code in BATCH_CODES else 0
     try:
         packer = _local.packer
     except AttributeError:
@@ -148,12 +150,18 @@ def decode(
     size = len(f0)
     if size < HEADER_SIZE:
         parse_header(f0)  # raises the precise error
-    magic, version, code, _flags, nblobs, env_len = _unpack_header(f0)
+    magic, version, code, flags, nblobs, env_len = _unpack_header(f0)
     if magic != MAGIC or version not in SUPPORTED_VERSIONS:
         parse_header(f0)
     kind = BY_CODE.get(code)
     if kind is None:
         kind = kind_by_code(code)
+    if flags & 3 != (FLAG_BATCH if code in BATCH_CODES else 0) | (FLAG_BLOBS if nblobs else 0):
+        # The flags repeat what the kind and the blob count say; a sender that gets them
+        # wrong has a bug that would otherwise go unseen until another receiver trusts them.
+        raise ProtocolError(BAD_FLAGS, f"flags {flags:#04x} do not match a {kind.name} "
+                            f"message with {nblobs} blobs (BATCH is set on task.batch and "
+                            "task.assigns only, BLOBS exactly when the blob count is not 0)")
     if n != 1 + nblobs:
         if n > 1 + nblobs:
             raise ProtocolError(TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 1}")
@@ -178,8 +186,11 @@ def decode(
         blobs = frames[1:]
 
         def ext_hook(ext_code: int, data: bytes) -> Any:
-            if ext_code != BLOB_EXT or len(data) != 1 or data[0] >= nblobs:
-                raise ProtocolError(BAD_BLOB, "body references a blob that is not there")
+            if ext_code != BLOB_EXT:
+                _no_blobs(ext_code, data)
+            if len(data) != 1 or data[0] >= nblobs:
+                raise ProtocolError(BAD_BLOB, "body references a blob that is not there (a "
+                                    "reference is one byte, the index of a blob frame)")
             return Blob(blobs[data[0]])
 
         try:
@@ -190,13 +201,21 @@ def decode(
             raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     else:
         try:
-            body = _unpackb(view[body_at:])
+            body = _unpackb(view[body_at:], ext_hook=_no_blobs)
+        except ProtocolError:
+            raise
         except Exception as e:
             raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     msg = from_envelope(env, kind.name, body, "2")
     if validate and (kind.fields or body is not None):
         validate_body(kind, body)
     return msg
+
+
+def _no_blobs(ext_code: int, data: bytes) -> Any:
+    if ext_code == BLOB_EXT:
+        raise ProtocolError(BAD_BLOB, "body references a blob, but the message has none")
+    raise ProtocolError(BAD_MSGPACK, f"msgpack extension type {ext_code} is not used by IACP/2")
 
 
 def peek_id(frames: Sequence[Any]) -> str | None:

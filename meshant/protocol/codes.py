@@ -23,6 +23,7 @@ class Code(StrEnum):
     TOO_LARGE = "too-large"
     TOO_MANY_FRAMES = "too-many-frames"
     BAD_BLOB = "bad-blob"
+    BAD_FLAGS = "bad-flags"
     BAD_VALUE = "bad-value"
 
     # The queen refuses a message (an ``error`` reply).

@@ -18,6 +18,7 @@ MISSING_FIELD = Code.MISSING_FIELD
 TOO_LARGE = Code.TOO_LARGE
 TOO_MANY_FRAMES = Code.TOO_MANY_FRAMES
 BAD_BLOB = Code.BAD_BLOB
+BAD_FLAGS = Code.BAD_FLAGS
 BAD_VALUE = Code.BAD_VALUE
 
 CODES = frozenset(
@@ -33,6 +34,7 @@ CODES = frozenset(
         TOO_LARGE,
         TOO_MANY_FRAMES,
         BAD_BLOB,
+        BAD_FLAGS,
         BAD_VALUE,
     }
 )

@@ -35,7 +35,8 @@ def _f(name: str, types: type | tuple[type, ...], required: bool = False) -> Fie
     return Field(name, types, required)
 
 
-_ERR = (_f("code", str, True), _f("message", str, True), _f("retry_after", _NUM))
+_ERR = (_f("code", str, True), _f("message", str, True), _f("retry_after", _NUM),
+        _f("assign", str))
 
 KINDS: tuple[Kind, ...] = (
     # Negotiation and errors
@@ -56,7 +57,8 @@ KINDS: tuple[Kind, ...] = (
           _f("timeout", _NUM), _f("to", str), _f("labels", dict), _f("max_attempts", int),
           _f("wait", _NUM), _f("ack", bool), _f("key", str), _f("retry_base", _NUM),
           _f("retry_cap", _NUM))),
-    Kind("task.submitted", 11, "queen acknowledges a submission", (_f("task", str, True),)),
+    Kind("task.submitted", 11, "queen acknowledges a submission",
+         (_f("task", str, True), _f("original", str))),
     Kind("task.assign", 12, "queen assigns a task graph node to a forager",
          (_f("node", str), _f("task", str), _f("attempt", int), _f("capability", str),
           _f("payload", _ANY), _f("deadline", _NUM), _f("timeout", _NUM))),
@@ -66,7 +68,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("task.result", 15, "a result; partial results carry partial: true",
          (_f("partial", bool), _f("value", _ANY), _f("status", str), _f("result", _ANY),
           _f("error", dict), _f("task", str), _f("seq", int), _f("state", str),
-          _f("attempt", int))),
+          _f("attempt", int), _f("original", str))),
     Kind("task.cancel", 16, "cancel a task (client → queen) or an attempt (queen → forager)",
          (_f("task", str),)),
     Kind("task.progress", 17, "progress of a running task; renews its lease",
@@ -81,7 +83,8 @@ KINDS: tuple[Kind, ...] = (
     # Liveness, memory, tools, control
     Kind("hb", 30, "heartbeat; body is the sender's registry record",
          (_f("slots", int), _f("tools", list), _f("running", list), _f("in_flight", int),
-          _f("state", str), _f("epoch", str), _f("mem_seq", int))),
+          _f("state", str), _f("epoch", str), _f("mem_seq", int), _f("queen", str),
+          _f("interval", _NUM))),
     Kind("mem.sync", 31, "colony memory: set, delete, snapshot, update, ok",
          (_f("op", str, True), _f("key", str), _f("value", _ANY), _f("ttl", _NUM),
           _f("seq", int), _f("items", dict), _f("deleted", bool))),

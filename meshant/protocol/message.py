@@ -56,6 +56,21 @@ def unwrap_blob(value: Any) -> Any:
     return value.data if isinstance(value, Blob) else value
 
 
+def inline_blobs(value: Any) -> Any:
+    """``value`` with every :class:`Blob` in it turned into ``bytes`` (sent inline as msgpack
+    ``bin``), for a peer that did not negotiate ``blobs``. Unchanged (the same object) when
+    it holds none, so the common case copies nothing."""
+    if isinstance(value, Blob):
+        return bytes(value)
+    if isinstance(value, dict):
+        new = {k: inline_blobs(v) for k, v in value.items()}
+        return value if all(new[k] is v for k, v in value.items()) else new
+    if isinstance(value, list):
+        items = [inline_blobs(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
 class IdMaker:
     """Unique message ids without coordination: a random per-process prefix and a counter."""
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from meshant.conformance.cases import DECODE_CASES
 from meshant.protocol import Blob, Message, binary, legacy
 
 HERE = Path(__file__).parent
@@ -66,6 +67,33 @@ BINARY = [
         extra={"trace": "abc"})),
     ("error", Message("error", {"code": "name-taken", "message": "the name is held"},
                       id="q-0002", frm="queen", to="", ref="m-1")),
+    # Added with the spec's "Changes" (appended: earlier vectors keep their places).
+    ("task.assigns, the BATCH flag set", Message("task.assigns", {"assigns": [
+        {"id": "c1-11.1", "task": "c1-11", "attempt": 1, "capability": "echo", "payload": 1},
+        {"id": "c1-12.2", "task": "c1-12", "attempt": 2, "capability": "echo",
+         "payload": None, "timeout": 29.5, "deadline": 1312284130.5}]},
+        id="q-0003", frm="queen", to="forager-07", ts=1312284101)),
+    ("the queen's heartbeat on PUB (after the topic frame $hb)", Message("hb", {
+        "epoch": "3f2a9c01d4e5b6a7", "queen": "queen", "interval": 1.0, "mem_seq": 0},
+        id="q-0004", frm="queen", ts=1312284102.5)),
+    ("error rate-limited, with retry_after", Message("error", {
+        "code": "rate-limited", "message": "slow down", "retry_after": 0.002},
+        id="q-0005", frm="queen", ref="c1-13")),
+    ("task.result to a client, an idempotent repeat: original", Message("task.result", {
+        "result": 2, "task": "c2-1", "state": "completed", "attempt": 1, "seq": 1,
+        "original": "c1-14"}, id="q-0006", frm="queen", to="client-1", ref="c2-1")),
+    ("task.result failed, with reasons", Message("task.result", {
+        "error": {"code": "attempts-exhausted", "message": "gave up after 3 attempts",
+                  "reasons": ["assign timeout on f-1", "forager lost: f-2"],
+                  "cause": "forager-lost", "attempts": 3},
+        "task": "c1-15", "state": "failed", "attempt": 3, "seq": 4},
+        id="q-0007", frm="queen", to="client-1", ref="c1-15")),
+    ("integers and floats: 1.0 stays float64, 1 a fixint, -1 a negative fixint, 2**40 a "
+     "uint64", Message("task.progress", {"fraction": 1.0, "seq": 1, "note": "é"},
+                       id="m-6", frm="forager-07", ts=-1, ref="c1-16.1",
+                       extra={"n": 2**40})),
+    ("an empty to list is kept; a nil body", Message("ctl.drain", None, id="m-7",
+                                                     frm="client-1", to=[])),
 ]
 
 LEGACY_LINES = [
@@ -79,38 +107,8 @@ LEGACY_LINES = [
     '"body":{"slots":1,"tools":["echo"],"load":0.2},"colour":"unknown fields survive"}',
 ]
 
-ENV = b"\x82\xa2id\xa1x\xa4from\xa1y"  # {"id": "x", "from": "y"}
-
-
-def f0(code: int, env: bytes = ENV, body: bytes = b"\x80", flags: int = 0, nblobs: int = 0,
-       env_len: int | None = None) -> bytes:
-    """Frame 0 built by hand, so a vector can be wrong in exactly one way."""
-    n = len(env) if env_len is None else env_len
-    return binary.header(code, flags, nblobs, n) + env + body
-
-
-ERRORS = [
-    ("wrong magic", [b"XX" + f0(15)[2:]], "bad-magic"),
-    ("truncated header", [b"MA\x02"], "truncated"),
-    ("no frames at all", [], "truncated"),
-    ("unknown version", [f0(15)[:2] + b"\x09" + f0(15)[3:]], "bad-version"),
-    ("unknown kind code", [f0(250)], "unknown-kind"),
-    ("envelope length past the end", [f0(15, env_len=200)], "truncated"),
-    ("no body after the envelope", [f0(15, body=b"")], "truncated"),
-    ("invalid msgpack envelope", [f0(15, env=b"\xc1")], "bad-msgpack"),
-    ("invalid msgpack body", [f0(15, body=b"\xc1")], "bad-msgpack"),
-    ("trailing bytes after the body", [f0(15, body=b"\x80\x80")], "bad-msgpack"),
-    ("envelope not a map", [f0(15, env=b"\x93\x01\x02\x03")], "bad-type"),
-    ("id of the wrong type", [f0(15, env=b"\x82\xa2id\x05\xa4from\xa1y")], "bad-type"),
-    ("body not a map", [f0(15, body=b"\x93\x01\x02\x03")], "bad-type"),
-    ("reject without reason", [f0(14)], "missing-field"),
-    ("blob announced but missing", [f0(15, flags=1, nblobs=1)], "truncated"),
-    ("more frames than announced", [f0(15), b"stray"], "too-many-frames"),
-    ("body references a missing blob",
-     [f0(15, body=b"\x81\xa6result\xd4\x01\x05", flags=1, nblobs=1), b"raw"], "bad-blob"),
-    ("note longer than 80 characters",
-     [f0(42, body=b"\x81\xa4text\xd9\x51" + b"a" * 81)], "bad-value"),
-]
+# Each wrong in exactly one way; shared with the conformance kit, which sends them.
+ERRORS = DECODE_CASES
 
 
 def main() -> None:
