@@ -46,8 +46,6 @@ from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topi
 log = logging.getLogger("meshant")
 
 
-
-
 class Peer(QueenFinder):
     role = "peer"
 
