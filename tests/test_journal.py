@@ -140,6 +140,10 @@ def test_task_timeline_and_tamper_evidence(procs: Procs, tmp_path: Path,
     sql(journal, "DELETE FROM events WHERE task_id=? AND seq=3", (fut.task_id,))
     r = meshant("journal", "verify", "--journal", journal)
     assert "missing" in r.stdout
+    # Its last entry removed: the chain alone cannot tell, the task row (completed) can.
+    sql(journal, "DELETE FROM events WHERE task_id=? AND state='completed'", (fut.task_id,))
+    r = meshant("task", fut.task_id, "--journal", journal, "--verify")
+    assert r.returncode == 1 and "last entries are missing" in r.stdout, r.stdout
 
 
 
@@ -489,3 +493,13 @@ def test_the_id_filter_never_says_no_to_an_id_it_was_given() -> None:
     f.add("one-more")
     assert f.full  # past its capacity: its owner rebuilds a larger one
     assert IdFilter(10).bits >= 8 * 1024
+
+
+def test_a_journal_url_typo_is_refused_not_made_a_file(tmp_path: Path) -> None:
+    for typo in ("postgresql:meshant@127.0.0.1:5432", "postgresq://u@h:1/db",
+                 "PostgreSQL://u@h:1/db", "mysql://u@h/db"):
+        r = meshant("queen", "--bind", f"ipc://{tmp_path}/r", "--pub", f"ipc://{tmp_path}/p",
+                    "--journal", typo)
+        assert r.returncode == 1 and "looks like a database URL" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no file made of it

@@ -292,3 +292,25 @@ def test_keys_expiring_together_are_one_journal_record() -> None:
     assert before == 50  # one a turn: each set came in its own turn
     sim.advance(0.6)
     assert not sim.core.memory.items and sim.records == before + 1
+
+
+def test_a_queen_stopping_cleanly_says_so_to_every_peer() -> None:
+    import random
+
+    from meshant.core.session import PeerSession
+
+    sim = SimColony()
+    sim.core.farewell(sim.now)
+    (a,) = sim.core.take()
+    assert isinstance(a, Publish)
+    msg = p.binary.decode(a.frames)
+    assert msg.b["state"] == "stopping" and msg.b["epoch"] != sim.core.epoch
+    s = PeerSession(rng=random.Random(1))
+    s.start(0.0)
+    s.take()
+    s.hello_sent("h", 0.0)
+    s.on_welcome("h", {"version": 2, "features": [], "hb_interval": 1.0, "hb_misses": 5,
+                       "assign_timeout": 30.0, "epoch": sim.core.epoch}, 0.0)
+    s.take()
+    s.on_queen_beat(msg.b["epoch"], 0.1)  # at once, not after 5 s of silence
+    assert [type(x).__name__ for x in s.take()] == ["Lost", "SayHello"]

@@ -321,6 +321,9 @@ class Queen:
                 # The endpoint standbys name in their not-leader hints: one peers can dial.
                 self.leadership.start(reachable(self.endpoint), reachable(self.pub_endpoint))
                 core.standby = self._hint()
+            if self.leadership is not None:
+                self._roles(time.monotonic())  # a lone queen leads before it says ready
+                core = self.core
             self._start_advertising()
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),
                               host=socket.gethostname(), advertised=self.advertiser is not None,
@@ -444,6 +447,10 @@ class Queen:
             core.end_turn(now)
             if core.out:
                 self._carry_out(core.take())
+        if self._leading:
+            self.core.farewell(time.monotonic())
+            self._carry_out(self.core.take())
+            self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
 
     def _carry_out(self, actions: list[Any]) -> None:
         """Do what the core decided, in order: a journal record before what follows it."""

@@ -28,7 +28,8 @@ JSON_OPT = click.option("--json", "as_json", is_flag=True,
 _PEER_OPTS = (
     click.option("--queen", "-q", envvar="MESHANT_QUEEN", show_envvar=True,
                  default="tcp://127.0.0.1:5670", show_default=True,
-                 help="The queen's ROUTER endpoint."),
+                 help="The queen's ROUTER endpoint; several, comma-separated, for a "
+                      "leader and its standbys (tried in turn, docs/ha.md)."),
     click.option("--discover", "-d", is_flag=True,
                  help="Find the queen by mDNS (zeroconf) instead of --queen."),
     click.option("--colony", envvar="MESHANT_COLONY", show_envvar=True,

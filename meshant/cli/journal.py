@@ -14,7 +14,7 @@ import click
 from meshant.cli._options import JSON_OPT, jsonable
 
 JOURNAL_OPT = click.option("--journal", metavar="PATH|URL", envvar="MESHANT_JOURNAL",
-                           default="meshant-queen.db", show_default=True,
+                           default="meshant-queen.db", show_default=True, show_envvar=True,
                            help="The queen's journal: its SQLite file, or its PostgreSQL "
                                 "database (postgresql://USER@HOST:PORT/DB). Read-only here.")
 

@@ -78,7 +78,7 @@ def _stop_on_signals(stop: Any) -> None:
                    "task), or to a PostgreSQL database, postgresql://USER@HOST:PORT/DB, "
                    "shared with standby queens (docs/ha.md). ':memory:' for a volatile "
                    "queen.")
-@click.option("--lease", type=click.FloatRange(0.2, 60.0), default=5.0, show_default=True,
+@click.option("--lease", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True,
               help="With a PostgreSQL journal: seconds a leader's lease lasts; a standby "
                    "takes over this long after the leader stops renewing it.")
 @click.option("--retention", type=float, default=86_400.0, show_default=True,

@@ -132,7 +132,8 @@ def status(conn: Connection, as_json: bool) -> None:
     from meshant.errors import Refused
 
     try:
-        with conn.client(follow_leader=False) as client:
+        # One queen: its own answer, standby or not. Several: the leader's.
+        with conn.client(follow_leader="," in (conn.endpoint or "")) as client:
             st = client.status()
     except Refused as e:
         if e.code != "not-leader":

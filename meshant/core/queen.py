@@ -138,6 +138,15 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
                        frm=self.name, ts=self._wall(now))
         self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))
 
+    def farewell(self, now: float) -> None:
+        """A last heartbeat as the queen stops cleanly: under an epoch of its own, so
+        every peer takes the queen for gone at once (and goes to another queen of its
+        list, or waits for this one's return) instead of after its heartbeat timeout."""
+        self._now = now
+        hb = p.Message("hb", {"epoch": f"{self.epoch}.stopped", "queen": self.name,
+                              "state": "stopping"}, frm=self.name, ts=self._wall(now))
+        self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))
+
     def status(self, now: float) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows).
 

@@ -15,9 +15,22 @@ def is_postgres(spec: str | None) -> bool:
     return bool(spec) and str(spec).startswith(PG_SCHEMES)
 
 
+def check_spec(spec: str) -> None:
+    """Refuse a ``--journal`` value that looks like a database URL but is not one we
+    read (a typo would otherwise make an SQLite file of that name, silently)."""
+    low = spec.lower()
+    if is_postgres(spec):
+        return
+    if "://" in spec or low.startswith(("postgres", "pg:")):
+        raise JournalError(f"--journal {spec!r} looks like a database URL, but meshant reads "
+                           "postgresql://USER@HOST:PORT/DB (lower case, with //) or an SQLite "
+                           "file path")
+
+
 def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0) -> Any:
     """The journal ``spec`` names: a PostgreSQL URL, or an SQLite file path. ``timeout``
     (PostgreSQL: the lease) bounds every statement and lock wait."""
+    check_spec(spec)
     if is_postgres(spec):
         from meshant.storage.pg import PgJournal
 
@@ -27,4 +40,5 @@ def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0) -> 
     return Journal(spec, readonly=readonly)
 
 
-__all__ = ["Deposed", "JournalError", "JournalUnavailable", "is_postgres", "open_journal"]
+__all__ = ["Deposed", "JournalError", "JournalUnavailable", "check_spec", "is_postgres",
+           "open_journal"]

@@ -85,6 +85,8 @@ class Leadership:
             try:
                 self._conn.execute("UPDATE lease SET expires='-infinity' WHERE id=1 AND "
                                    "term=%s AND holder=%s", (self.term, self.holder))
+                log.warning("queen %s hands the lease back (term %d): a standby leads next",
+                            self.name, self.term)
             except Exception:  # the database is away: the lease lapses on its own
                 pass
         if self._conn is not None:
@@ -100,7 +102,8 @@ class Leadership:
         if self.role == LEADER and (term is None or term == self.term):
             self.role = STANDBY
             self.leader = None  # who leads now: the next round reads it
-            log.warning("queen %s steps down (term %d): %s", self.name, self.term, why)
+            log.warning("queen %s steps down (term %d): %s", self.name, self.term,
+                        " ".join(why.split()))  # (libpq's messages span lines)
             self.on_change()
 
     # -- the thread ---------------------------------------------------------------------

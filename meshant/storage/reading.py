@@ -100,6 +100,7 @@ class JournalReader:
             args = (task_id,)
         q += " ORDER BY task_id, seq"
         problems = []
+        last: dict[str, str] = {}
         cur_task, prev, expect = None, "", 1
         for tid, seq, ts, state, why, h in self._all(q, args):
             if tid != cur_task:
@@ -110,4 +111,16 @@ class JournalReader:
             if h != good:
                 problems.append(f"task {tid}: entry {seq} ({state}) was altered")
             prev, expect = h, seq + 1
+            last[tid] = state
+        # The chain cannot show its own last entries removed: the task row can, since it
+        # holds the state they led to.
+        rows = self._all("SELECT id, state FROM tasks" + (" WHERE id=?" if task_id else ""),
+                         args)
+        for tid, state in rows:
+            ends = last.get(tid)
+            if ends is None:
+                problems.append(f"task {tid}: its history is missing (the task is {state})")
+            elif ends != state:
+                problems.append(f"task {tid}: its last entries are missing (the task is "
+                                f"{state}, its history ends at {ends})")
         return problems
