@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Failover time: the leader killed -> the first result from the new leader.
 
-    python -m benchmarks.failover [--runs 7] [--lease 5] [--hb-interval 1] [--json FILE]
+    python -m benchmarks.failover [--runs 7] [--lease 5] [--hb-interval 1]
+                                  [--fault kill|freeze] [--json FILE]
 
 Each run starts its own PostgreSQL database (on a throwaway server, initdb in a temp dir:
 ``tests/pg_server.py``; or ``--postgres URL`` for one you run), two queens from the CLI
 sharing it as their journal (A leads, B stands by), two foragers and a client given both
 endpoints. The client keeps a window of 50 short tasks in flight; once results flow, A is
-``kill -9``ed. The figure is the time from the kill to the first result the client gets
+``kill -9``ed (``--fault freeze``: SIGSTOPped, in the middle of whatever it was doing,
+and left frozen). The figure is the time from the kill to the first result the client gets
 through B, with the phases it is made of: the foragers' and client's detection of the
 silence (``hb_interval x hb_misses``), the lease lapsing, B's restore.
 
@@ -31,7 +33,8 @@ from meshant import Client
 from meshant.edges import _procs
 
 
-def one_run(url: str, lease: float, hb: float, misses: int, tmp: Path) -> dict[str, float]:
+def one_run(url: str, lease: float, hb: float, misses: int, tmp: Path,
+            fault: str = "kill") -> dict[str, float]:
     procs = []
     hbargs = ["--hb-interval", str(hb), "--hb-misses", str(misses)]
 
@@ -78,13 +81,15 @@ def one_run(url: str, lease: float, hb: float, misses: int, tmp: Path) -> dict[s
             t = threading.Thread(target=pump, daemon=True)
             t.start()
             time.sleep(1.5)  # steady state
-            a.send_signal(signal.SIGKILL)
+            a.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             killed[0] = time.monotonic()
             deadline = time.monotonic() + 60
             while not first_after and time.monotonic() < deadline:
                 time.sleep(0.01)
             stop.set()
             t.join(5)
+        if fault == "freeze":
+            a.send_signal(signal.SIGCONT)
         if not first_after:
             raise RuntimeError("no result through the new leader within 60 s")
         return {"failover_s": round(first_after[0] - killed[0], 3)}
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lease", type=float, default=5.0)
     ap.add_argument("--hb-interval", type=float, default=1.0)
     ap.add_argument("--hb-misses", type=int, default=5)
+    ap.add_argument("--fault", choices=["kill", "freeze"], default="kill")
     ap.add_argument("--postgres", metavar="URL", help="a database to use (else a throwaway "
                     "server is started with initdb)")
     ap.add_argument("--json", metavar="FILE")
@@ -114,16 +120,19 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             url = args.postgres or server.create_db(f"failover_{i}")  # type: ignore[union-attr]
             with tempfile.TemporaryDirectory(prefix="meshant-failover-") as d:
-                r = one_run(url, args.lease, args.hb_interval, args.hb_misses, Path(d))
+                r = one_run(url, args.lease, args.hb_interval, args.hb_misses, Path(d),
+                            args.fault)
             times.append(r["failover_s"])
             print(f"run {i + 1}: {r['failover_s']:.2f} s", file=sys.stderr)
     finally:
         if server is not None:
             server.close()
-    out = {"lease": args.lease, "hb_interval": args.hb_interval, "hb_misses": args.hb_misses,
+    out = {"fault": args.fault, "lease": args.lease, "hb_interval": args.hb_interval,
+           "hb_misses": args.hb_misses,
            "runs": times, "min": min(times), "median": statistics.median(times),
            "max": max(times)}
-    print(f"failover (leader kill -9 -> first result via the new leader), lease {args.lease} s,"
+    print(f"failover (leader {args.fault} -> first result via the new leader), lease "
+          f"{args.lease} s,"
           f" heartbeat {args.hb_interval} s x {args.hb_misses}: min {out['min']:.2f} s, "
           f"median {out['median']:.2f} s, max {out['max']:.2f} s over {len(times)} runs")
     if args.json:

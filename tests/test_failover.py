@@ -45,7 +45,8 @@ class Pair:
             "queen", "--name", name, "--bind", self.endpoint(name),
             "--pub", f"ipc://{self.tmp}/{name}-pub", "--json", "--journal", self.url,
             "--lease", str(LEASE), *HB)
-        assert info["role"] == "standby"  # every queen starts as one, then takes the lease
+        # A queen says it is ready once it tried for the lease: leader when it was free.
+        assert info["role"] in ("leader", "standby")
         self.procs_by[name] = p
         return p
 
@@ -119,16 +120,20 @@ def test_paused_leader_is_deposed_and_steps_down_when_it_wakes(
     wait_for(lambda: pair.leads("qa"), what="qa to lead")
     pair.start("qb")
     for i in range(2):
-        procs.forager(pair.both, "--name", f"f{i}", "--slots", "4")
-    n = 300
+        procs.forager(pair.both, "--name", f"f{i}", "--slots", "8")
+    n = 1500
     with Client(pair.both, queen_wait=60) as c:
-        futs = [c.submit("sleep", {"seconds": 0.01, "n": i}) for i in range(n)]
-        wait_for(lambda: c.status()["counters"]["completed"] >= 30, what="work under way")
+        futs = [c.submit("sleep", {"seconds": 0.003, "n": i}) for i in range(n)]
+        wait_for(lambda: c.status()["counters"]["completed"] >= 100, what="work under way")
+        # Busy: frozen in the middle of a journal write (the lease row held FOR SHARE).
         a.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
         try:
             wait_for(lambda: pair.leads("qb"), timeout=LEASE + 10, what="qb to lead")
+            took = time.monotonic() - frozen
         finally:
             a.send_signal(signal.SIGCONT)
+        assert took < 2 * LEASE + 3, took
         # The old leader wakes past its lease: it steps down and says so.
         # ... and then names the new leader and its term.
         wait_for(lambda: pair.role("qa") == {"role": "standby", "term": 2, "queen": "qa",
@@ -293,3 +298,45 @@ def test_a_hint_that_leads_nowhere_sends_the_peer_back_to_its_list(tmp_path: Pat
     finally:
         qa.stop()
         qb.stop()
+
+
+@pytest.mark.slow
+def test_a_leader_frozen_in_the_middle_of_a_write_does_not_hold_up_the_takeover(
+        pg_url: str) -> None:
+    import psycopg
+
+    from meshant.storage.leadership import Leadership
+    from meshant.storage.pg import PgJournal
+
+    j = PgJournal(pg_url)  # (makes the schema)
+    frozen = psycopg.connect(pg_url, autocommit=True)
+    ld: Leadership | None = None
+    try:
+        frozen.execute("UPDATE meshant.lease SET term = 1, holder = 'qa', expires = "
+                       "clock_timestamp() + interval '1 second'")
+        # qa's journal write, frozen half-way: its pipeline sent, no Sync, never finished.
+        # The server waits for the client with the lease row held FOR SHARE, and neither
+        # statement_timeout nor idle_in_transaction_session_timeout ends that.
+        pg = frozen.pgconn
+        pg.enter_pipeline_mode()
+        pg.send_query_params(b"BEGIN", None)
+        pg.send_query_params(b"SELECT meshant.fence(1)", None)
+        pg.flush()
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            wait_for(lambda: look.execute(
+                "SELECT count(*) FROM pg_locks WHERE relation = 'meshant.lease'::regclass "
+                "AND pid = %s AND granted", (pg.backend_pid,)).fetchone()[0] > 0,
+                what="the frozen write to hold the lease row")
+        ld = Leadership(j, lease=1.0, holder="qb", name="qb")
+        ld.start("ipc://qb", "ipc://qb-pub")
+        wait_for(lambda: ld is not None and ld.role == "leader", timeout=2 * LEASE + 3,
+                 what="qb to take the lapsed lease despite the frozen write")
+        assert ld.term == 2
+    finally:
+        if ld is not None:
+            ld.stop()
+        try:
+            frozen.close()
+        except Exception:  # its session was ended under it
+            pass
+        j.close()

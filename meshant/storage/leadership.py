@@ -137,6 +137,17 @@ class Leadership:
     def _try_acquire(self) -> None:
         # Once the lease lapsed; or at once if this queen still holds it (it stepped down
         # on its own, a write failing): the new term fences whatever it had in flight.
+        # A lapsed leader frozen (or cut off) in the middle of a pipelined write still
+        # holds the lease row FOR SHARE, and no server timeout ends that (the statement
+        # waits for the client): end its session, or the takeover would wait with it.
+        try:
+            self._conn.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE l.relation = "
+                "'lease'::regclass AND l.granted AND l.pid <> pg_backend_pid() AND "
+                "(SELECT expires < clock_timestamp() FROM lease WHERE id = 1)")
+        except Exception as e:  # not allowed (another role): the takeover may wait
+            log.warning("queen %s cannot end the lapsed leader's session: %s", self.name,
+                        " ".join(str(e).split()))
         sent = time.monotonic()
         row = self._conn.execute(
             "UPDATE lease SET term=term+1, holder=%s, name=%s, endpoint=%s, pub=%s, "
