@@ -340,3 +340,23 @@ def test_a_leader_frozen_in_the_middle_of_a_write_does_not_hold_up_the_takeover(
         except Exception:  # its session was ended under it
             pass
         j.close()
+
+
+@pytest.mark.slow
+def test_no_leader_at_all_is_said_plainly(tmp_path: Path, pg_url: str) -> None:
+    import psycopg
+
+    from meshant import Queen
+    from meshant.errors import QueenUnreachable
+
+    qb = Queen(f"ipc://{tmp_path}/qb", f"ipc://{tmp_path}/qb-pub", name="qb", journal=pg_url,
+               lease=LEASE)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # another queen's lease, live
+        conn.execute("UPDATE meshant.lease SET term = 9, holder = 'x', name = 'qx', "
+                      "endpoint = NULL, expires = clock_timestamp() + interval '1 hour'")
+    qb.start()
+    try:
+        with pytest.raises(QueenUnreachable, match=r"no queen leads at .*qb.*journal database"):
+            Client(f"ipc://{tmp_path}/qb", timeout=2)
+    finally:
+        qb.stop()

@@ -97,8 +97,15 @@ class QueenFinder:
             hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
                     "looks exactly like this (the handshake fails silently); check both, "
                     "and that the queen is running")
+        if self._error_body.get("code") == "not-leader":
+            # Queens answered, but only as standbys.
+            return QueenUnreachable(
+                f"no queen leads at {', '.join(self.queens) or self.queen} (waited "
+                f"{timeout:g} s): {self._error_body.get('message', 'a standby answered')}. "
+                "Is their journal database reachable? (see docs/ha.md)")
+        where = ", ".join(self.queens) if len(self.queens) > 1 else self.queen
         return QueenUnreachable(
-            f"no answer from the queen at {self.queen} within {timeout:g} s: {hint}")
+            f"no answer from the queen at {where} within {timeout:g} s: {hint}")
 
     def _redirect(self, leader: str) -> bool:
         """(I/O thread) A standby answered: go to ``leader`` (or the next endpoint), or,
