@@ -112,7 +112,7 @@ class Queen:
     def _new_core(self, now: float, restore: bool) -> QueenCore:
         """A core: restored from the journal (this queen leads), or a standby's."""
         ld = self.leadership
-        self.epoch = secrets.token_hex(8) if ld is None else f"t{ld.term}.{secrets.token_hex(6)}"
+        self.epoch = secrets.token_hex(8) if ld is None else f"t{ld.term}-{secrets.token_hex(6)}"
         j = self.journal
         core = QueenCore(self.config, epoch=self.epoch, wall_offset=self._wall_offset,
                          authorized=self.authorized, archive=j if restore else None,

@@ -66,6 +66,12 @@ class QueenRecord:
         return d
 
 
+def _label(epoch: str) -> str:
+    """Eight characters of the epoch fit for a DNS label (its random end: a queen on a
+    shared journal starts its epoch with the term)."""
+    return "".join(c for c in epoch if c.isalnum())[-8:]
+
+
 def reachable(endpoint: str) -> str:
     """A bound endpoint as other hosts reach it: a wildcard host (``*``, ``0.0.0.0``)
     becomes this host's address."""
@@ -132,7 +138,7 @@ class Advertiser:
         self.colony = colony
         router, pub = reachable(router), reachable(pub)
         host = _endpoint_host(router)
-        self.instance = f"{colony}-{name}-{epoch[:8]}.{SERVICE_TYPE}"
+        self.instance = f"{colony}-{name}-{_label(epoch)}.{SERVICE_TYPE}"
         props = {"router": router, "pub": pub, "colony": colony, "name": name,
                  "epoch": epoch, "versions": ",".join(map(str, SUPPORTED_VERSIONS)),
                  "started": f"{time.time():.3f}", "role": role, "term": str(term)}
@@ -145,7 +151,7 @@ class Advertiser:
         except OSError:
             pass
         self._port = _endpoint_port(router)
-        self._server = f"meshant-{epoch[:8]}.local."
+        self._server = f"meshant-{_label(epoch)}.local."
         self.info = self._info()
         self._zc = _zeroconf(interfaces if interfaces is not None else [host])
         self._zc.register_service(self.info, allow_name_change=True)

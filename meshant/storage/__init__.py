@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.storage.records import Deposed, JournalError, JournalUnavailable
+from meshant.storage.records import Deposed, JournalError
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 
@@ -40,5 +40,4 @@ def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0) -> 
     return Journal(spec, readonly=readonly)
 
 
-__all__ = ["Deposed", "JournalError", "JournalUnavailable", "check_spec", "is_postgres",
-           "open_journal"]
+__all__ = ["Deposed", "JournalError", "check_spec", "is_postgres", "open_journal"]

@@ -42,15 +42,6 @@ class JournalError(Exception):
     """The journal cannot be used (corrupt, foreign, a newer schema, unreachable)."""
 
 
-class JournalUnavailable(JournalError):
-    """A write did not reach the database (it went away). ``batch`` is what to write
-    again once it is back; nothing after it may leave before it does."""
-
-    def __init__(self, message: str, batch: Batch) -> None:
-        super().__init__(message)
-        self.batch = batch
-
-
 class Deposed(JournalError):
     """This queen's term is over: another queen leads. Nothing was written."""
 
