@@ -360,3 +360,17 @@ def test_no_leader_at_all_is_said_plainly(tmp_path: Path, pg_url: str) -> None:
             Client(f"ipc://{tmp_path}/qb", timeout=2)
     finally:
         qb.stop()
+
+
+@pytest.mark.slow
+def test_durability_power_asks_postgresql_to_flush_every_commit(pg_url: str) -> None:
+    from meshant.storage.pg import PgJournal
+
+    power, default = PgJournal(pg_url, durability="power"), PgJournal(pg_url)
+    try:
+        assert power.db.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        # 'process' leaves the server's own setting (the tests' server runs with it off).
+        assert default.db.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+    finally:
+        power.close()
+        default.close()

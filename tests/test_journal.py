@@ -503,3 +503,17 @@ def test_a_journal_url_typo_is_refused_not_made_a_file(tmp_path: Path) -> None:
         assert r.returncode == 1 and "looks like a database URL" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []  # no file made of it
+
+
+def test_durability_power_fsyncs_every_commit(tmp_path: Path) -> None:
+    for mode, expect in (("process", 1), ("power", 2)):  # synchronous NORMAL, FULL
+        q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", durability=mode,
+                  journal=str(tmp_path / f"{mode}.db"))
+        try:
+            assert q.journal.db.execute("PRAGMA synchronous").fetchone()[0] == expect
+        finally:
+            q.journal.close()
+    with pytest.raises(MeshantError, match="durability 'disk'"):
+        Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", durability="disk")
+    r = meshant("queen", "--durability", "disk")
+    assert r.returncode == 2 and "'process'" in r.stderr

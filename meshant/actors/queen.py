@@ -29,7 +29,7 @@ from meshant.core.queen_state import _Info
 from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
 from meshant.edges.security import Authorized, load_secret, server_socket
-from meshant.errors import MeshantError
+from meshant.errors import ConfigError, MeshantError
 from meshant.storage import JournalError, is_postgres, open_journal
 from meshant.storage.leadership import Leadership
 
@@ -57,6 +57,9 @@ class Queen:
             c = self.config = dataclasses.replace(config or QueenConfig(), **settings)
         except TypeError as e:
             raise TypeError(f"Queen: {e} (see QueenConfig for the settings)") from None
+        if c.durability not in ("process", "power"):
+            raise ConfigError(f"durability {c.durability!r}: use 'process' (survive a killed "
+                              "queen) or 'power' (survive a power cut too)")
         self.bind = bind
         self.pub = pub
         self.name = c.name
@@ -86,7 +89,8 @@ class Queen:
         self._waker = Waker()
         if c.journal is not None and c.journal != ":memory:":
             try:
-                self.journal = open_journal(c.journal, timeout=c.lease)
+                self.journal = open_journal(c.journal, timeout=c.lease,
+                                            durability=c.durability)
             except JournalError as e:
                 raise MeshantError(str(e), code=p.Code.BAD_JOURNAL) from None
             # Final tasks stay on disk; the journal's own thread prunes them.

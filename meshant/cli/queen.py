@@ -78,6 +78,12 @@ def _stop_on_signals(stop: Any) -> None:
                    "task), or to a PostgreSQL database, postgresql://USER@HOST:PORT/DB, "
                    "shared with standby queens (docs/ha.md). ':memory:' for a volatile "
                    "queen.")
+@click.option("--durability", type=click.Choice(["process", "power"]), default="process",
+              show_default=True,
+              help="What an acknowledged task survives: 'process', a killed queen (the "
+                   "journal is committed before anything that depends on it is sent); "
+                   "'power', a power cut too (an fsync per commit; with PostgreSQL, "
+                   "synchronous_commit=on).")
 @click.option("--lease", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True,
               help="With a PostgreSQL journal: seconds a leader's lease lasts; a standby "
                    "takes over this long after the leader stops renewing it.")
@@ -101,7 +107,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          journal: str | None, lease: float, retention: float, retention_count: int,
+          journal: str | None, durability: str, lease: float, retention: float,
+          retention_count: int,
           retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
@@ -116,7 +123,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             max_peers=max_peers, no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
             pub_buffer=pub_buffer, max_broadcast=max_broadcast, mem_max_keys=mem_max_keys,
             mem_max_value=mem_max_value, peer_hwm=peer_hwm, submit_rate=submit_rate,
-            journal=journal, lease=lease, retention=retention, retention_count=retention_count,
+            journal=journal, durability=durability, lease=lease, retention=retention,
+            retention_count=retention_count,
             retry_base=retry_base, retry_cap=retry_cap,
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
             advertise=advertise, mdns_interfaces=tuple(mdns_interfaces) or None,

@@ -72,6 +72,7 @@ class QueenConfig:
     retention: float = 86_400.0
     retention_count: int = 100_000
     lease: float = 5.0
+    durability: str = "process"
     retry_base: float = 0.5
     retry_cap: float = 30.0
     breaker_threshold: int = 5

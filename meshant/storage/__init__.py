@@ -27,17 +27,19 @@ def check_spec(spec: str) -> None:
                            "file path")
 
 
-def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0) -> Any:
+def open_journal(spec: str, *, readonly: bool = False, timeout: float = 5.0,
+                 durability: str = "process") -> Any:
     """The journal ``spec`` names: a PostgreSQL URL, or an SQLite file path. ``timeout``
-    (PostgreSQL: the lease) bounds every statement and lock wait."""
+    (PostgreSQL: the lease) bounds every statement and lock wait. ``durability``:
+    ``process`` or ``power`` (see the backends)."""
     check_spec(spec)
     if is_postgres(spec):
         from meshant.storage.pg import PgJournal
 
-        return PgJournal(spec, readonly=readonly, timeout=timeout)
+        return PgJournal(spec, readonly=readonly, timeout=timeout, durability=durability)
     from meshant.storage.journal import Journal
 
-    return Journal(spec, readonly=readonly)
+    return Journal(spec, readonly=readonly, durability=durability)
 
 
 __all__ = ["Deposed", "JournalError", "check_spec", "is_postgres", "open_journal"]

@@ -117,9 +117,12 @@ class Journal(JournalReader):
     journal's own, on its own connection, checkpoints the WAL and prunes (see ``retain``)."""
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 wal_limit: int = WAL_LIMIT) -> None:
+                 wal_limit: int = WAL_LIMIT, durability: str = "process") -> None:
         """Open (or create) a journal. ``readonly``: for inspecting one a queen may be
-        using (no lock taken, nothing written). ``wal_limit``: see ``WAL_LIMIT``."""
+        using (no lock taken, nothing written). ``wal_limit``: see ``WAL_LIMIT``.
+        ``durability``: ``process`` (WAL, ``synchronous=NORMAL``: a killed queen loses
+        nothing committed; a power cut may lose the last commits) or ``power``
+        (``synchronous=FULL``: the WAL is fsynced at every commit, one a loop turn)."""
         self.path = str(path)
         self.wal_limit = wal_limit
         self._size_limit = min(JOURNAL_SIZE_LIMIT, wal_limit)
@@ -142,8 +145,9 @@ class Journal(JournalReader):
                 self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 self.db.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL: a killed process loses nothing committed; no fsync per
-                # commit (only at checkpoints).
-                self.db.execute("PRAGMA synchronous=NORMAL")
+                # commit (only at checkpoints). FULL: an fsync per commit.
+                self.db.execute("PRAGMA synchronous=" + (
+                    "FULL" if durability == "power" else "NORMAL"))
                 # Checkpoints (and their fsync) run on a thread of their own, not in the
                 # queen's loop, where they showed as multi-millisecond p99 spikes.
                 self.db.execute("PRAGMA wal_autocheckpoint=0")

@@ -136,7 +136,7 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def connect(url: str, timeout: float = 5.0) -> Any:
+def connect(url: str, timeout: float = 5.0, durability: str = "process") -> Any:
     """A connection in autocommit mode with the meshant schema first on its path, that
     never waits for long: ``timeout`` (the lease) bounds every statement, every lock
     wait, a transaction left idle (the server aborts it, releasing its locks: a leader
@@ -149,7 +149,8 @@ def connect(url: str, timeout: float = 5.0) -> Any:
         keepalives_idle=1, keepalives_interval=1, keepalives_count=max(1, int(timeout)),
         tcp_user_timeout=ms,
         options=f"-c statement_timeout={ms} -c lock_timeout={ms} "
-                f"-c idle_in_transaction_session_timeout={ms}")
+                f"-c idle_in_transaction_session_timeout={ms}"
+                + (" -c synchronous_commit=on" if durability == "power" else ""))
     try:
         conn.execute(f"SET search_path TO {SCHEMA}")
     except BaseException:
@@ -166,8 +167,13 @@ class PgJournal(JournalReader):
     while the database is away; as long as it returns True, reads and writes are tried
     again (a leader waits while its lease is valid), else they raise."""
 
-    def __init__(self, url: str, *, readonly: bool = False, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, readonly: bool = False, timeout: float = 5.0,
+                 durability: str = "process") -> None:
+        """``durability`` ``power``: every commit flushed to disk by the server
+        (``synchronous_commit=on``, its usual default, asked for explicitly); ``process``
+        leaves the server's setting as it is."""
         self.url = url
+        self.durability = durability
         self.timeout = timeout  # the lease: no statement or lock wait lasts longer
         self.path = redact(url)
         self.readonly = readonly
@@ -183,7 +189,7 @@ class PgJournal(JournalReader):
         psycopg = self._psycopg = _psycopg()
         self._errors = (psycopg.OperationalError, psycopg.InterfaceError)
         try:
-            self.db = connect(url, timeout)
+            self.db = connect(url, timeout, durability)
         except self._errors as e:
             raise JournalError(f"cannot reach the journal database {self.path}: "
                                f"{str(e).strip()}") from None
@@ -257,7 +263,7 @@ class PgJournal(JournalReader):
                 raise JournalError(f"the journal {self.path} was closed")
             try:
                 if self.db.closed or self.db.broken:
-                    self.db = connect(self.url, self.timeout)
+                    self.db = connect(self.url, self.timeout, self.durability)
                 return fn()
             except self._errors as e:
                 if not self.patience():
