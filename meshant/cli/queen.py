@@ -79,7 +79,7 @@ def _stop_on_signals(stop: Any) -> None:
                    "shared with standby queens (docs/ha.md). ':memory:' for a volatile "
                    "queen.")
 @click.option("--durability", type=click.Choice(["process", "power"]), default="process",
-              show_default=True,
+              show_default=True, envvar="MESHANT_DURABILITY", show_envvar=True,
               help="What an acknowledged task survives: 'process', a killed queen (the "
                    "journal is committed before anything that depends on it is sent); "
                    "'power', a power cut too (an fsync per commit; with PostgreSQL, "

@@ -207,18 +207,26 @@ def run_journal(sizes: Sizes) -> list[Row]:
     PostgreSQL when ``MESHANT_BENCH_POSTGRES`` names a database (``--postgres URL``)."""
     rows = []
     pg = os.environ.get("MESHANT_BENCH_POSTGRES")
+    durability = os.environ.get("MESHANT_DURABILITY")
     with tempfile.TemporaryDirectory(prefix="meshant-journal-") as d:
         for part in ("a", "b"):
             kinds: list[tuple[str, str | None]] = [(", journal off", None),
-                                                   (", journal SQLite", f"{d}/{part}.db")]
+                                                   (", journal SQLite", f"{d}/{part}.db"),
+                                                   (", journal SQLite, power", f"{d}/{part}p.db")]
             if pg:
                 kinds.append((", journal PostgreSQL", pg))
             for label, path in kinds:
+                # --durability power (an fsync per commit) for that row only.
+                os.environ["MESHANT_DURABILITY"] = "power" if "power" in label else "process"
                 if part == "a":
                     rows += [r for r in run_roundtrip("tcp", sizes, label=label, journal=path)
                              if r.metric in ("p50", "p99")]
                 else:
                     rows += run_pipelined("tcp", sizes, 1, journal=path, label=label)
+    if durability is None:
+        os.environ.pop("MESHANT_DURABILITY", None)
+    else:
+        os.environ["MESHANT_DURABILITY"] = durability
     return rows
 
 
