@@ -103,11 +103,26 @@ class TaskFailed(MeshantError):
         return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
 
 
+class AskTimeout(MeshantError):
+    """``ctx.ask`` waited its ``timeout`` and no answer came: the handler may fail the
+    task (let it propagate) or go on without the input."""
+
+    code = "ask-timeout"
+
+
+class Forbidden(MeshantError):
+    """The queen refused an operation this key's role may not do (``detail["operation"]``
+    names it): use an admin key, or act on your own tasks."""
+
+    code = "forbidden"
+
+
 # Errors a failed result or an ``error`` message may carry, by code; any other code is
 # the task's own failure (TaskFailed).
 _BY_CODE: dict[str, type[MeshantError]] = {
     cls.code: cls
-    for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited)
+    for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited,
+                Forbidden)
 }
 
 

@@ -24,6 +24,7 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors._peer import Peer
+from meshant.actors.attach import Attachment, Conversations
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.errors import (
@@ -38,7 +39,7 @@ from meshant.protocol.codes import Code
 log = logging.getLogger("meshant.client")
 
 
-class Client(Peer):
+class Client(Conversations, Peer):
     """Connects to a queen and submits tasks.
 
     Settings come as a :class:`~meshant.ClientConfig` (``config=``) or as keyword
@@ -110,7 +111,15 @@ class Client(Peer):
             "dlq.reply": self._on_reply,
             "msg": self._on_inbox,
             "note": self._on_inbox,
+            "msg.receipt": self._on_inbox,
+            # Conversations (meshant.actors.attach): questions, answers, attached streams.
+            "task.ask": self._on_ask,
+            "task.update": self._on_update,
+            "task.answered": self._on_reply,
+            "task.attached": self._on_reply,
+            "inbox.reply": self._on_reply,
         })
+        self._attached: dict[str, list[Attachment]] = {}
         if threaded:
             self._start_io(timeout)
         else:

@@ -88,6 +88,7 @@ class Forager(Peer):
             "task.assign": self._on_assign,
             "task.assigns": self._on_assigns,
             "task.cancel": self._on_cancel,
+            "task.answer": self._on_answer,
             "ctl.drain": self._on_drain,
             "ctl.halt": self._on_halt,
             "msg": self._on_peer_message,
@@ -392,6 +393,19 @@ class Forager(Peer):
         ctx.cancel()
         if ctx._future is not None:
             ctx._future.cancel()
+
+    def _on_answer(self, msg: p.Message) -> None:
+        ctx = self.running.get(msg.ref or "")
+        request = msg.b.get("request")
+        if ctx is not None and isinstance(request, str):
+            ctx.answered(request, msg.b.get("value"))
+
+    def _after_welcome(self, first: bool) -> None:
+        # Questions still waiting go again: the queen answers one it holds the answer
+        # to (the answer was lost with a connection), or keeps waiting.
+        for ctx in list(self.running.values()):
+            for m in ctx.pending_asks():
+                self.send_message(m)
 
     def drain(self) -> None:
         """Finish the running tasks, accept nothing new, then leave (safe from any thread)."""

@@ -14,11 +14,15 @@ from typing import Any
 class Update:
     """A progress report or a partial result of a running task, in the order sent."""
 
-    kind: str  # "progress", "partial", or "callback-error" (your on_progress raised)
+    # "progress", "partial", "input-required" (the task asks: ``value`` holds its prompt
+    # and data, ``request`` the id to answer), "withdrawn" (it stopped waiting for
+    # ``request``), or "callback-error" (your on_progress raised)
+    kind: str
     seq: int
     fraction: float | None = None
     note: str | None = None
     value: Any = None
+    request: str | None = None
 
 
 class TaskFuture(Future):  # type: ignore[type-arg]

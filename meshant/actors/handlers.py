@@ -5,13 +5,17 @@ handler or a broadcast callback is given)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from meshant import protocol as p
+from meshant.errors import AskTimeout, TaskCancelled
 
 
 class Sender(Protocol):
@@ -26,8 +30,8 @@ class Sender(Protocol):
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_cancelled", "_event", "_forager", "_future", "attempt", "capability",
-                 "deadline", "ref", "task_id")
+    __slots__ = ("_asks", "_cancelled", "_event", "_forager", "_future", "attempt",
+                 "capability", "deadline", "ref", "task_id")
 
     def __init__(self, forager: Sender, ref: str, task_id: str, attempt: int,
                  capability: str, deadline: float | None) -> None:
@@ -40,6 +44,7 @@ class TaskContext:
         self.deadline = deadline
         self._cancelled = False
         self._event: threading.Event | None = None
+        self._asks: Asks | None = None  # questions asked, made on the first ask
 
     @property
     def is_cancelled(self) -> bool:
@@ -65,6 +70,58 @@ class TaskContext:
         ev = self._event
         if ev is not None:
             ev.set()
+        if self._asks is not None:
+            self._asks.cancel_all(self.task_id)
+
+    def ask(self, prompt: Any, *, timeout: float | None = None, data: Any = None) -> Any:
+        """Ask for input and wait for it: the task enters ``input-required``, its submitter
+        (and anyone attached) sees the question, and ``client.answer`` (or ``meshant
+        answer``) resumes this call with the value. ``data``: any JSON to go with the
+        prompt. The lease holds while waiting (heartbeats renew it).
+
+        Raises :class:`~meshant.errors.AskTimeout` once ``timeout`` seconds pass without
+        an answer (the question is withdrawn), and TaskCancelled if the task is cancelled.
+        """
+        fut, request = self._ask(prompt, timeout, data)
+        try:
+            return fut.result(timeout)
+        except FutureTimeout:
+            raise self._withdraw(request, timeout) from None
+
+    async def ask_async(self, prompt: Any, *, timeout: float | None = None,
+                        data: Any = None) -> Any:
+        """:meth:`ask` for ``async def`` handlers: awaits the answer."""
+        fut, request = self._ask(prompt, timeout, data)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+        except TimeoutError:
+            raise self._withdraw(request, timeout) from None
+
+    def _ask(self, prompt: Any, timeout: float | None, data: Any) -> tuple[Future[Any], str]:
+        if self._cancelled:
+            raise TaskCancelled(f"task {self.task_id} was cancelled")
+        if self._asks is None:
+            self._asks = Asks()
+        msg, fut = self._asks.new(self.ref, prompt, data, timeout)
+        self._forager.send_message(msg)
+        return fut, msg.b["request"]
+
+    def _withdraw(self, request: str, timeout: float | None) -> AskTimeout:
+        assert self._asks is not None
+        if self._asks.close(request):
+            self._forager.send_message(p.Message(
+                "task.ask", {"request": request, "withdraw": True}, ref=self.ref, to="queen"))
+        return AskTimeout(f"no answer to question {request} of task {self.task_id} within "
+                          f"{timeout:g} s", request=request)
+
+    def answered(self, request: str, value: Any) -> None:
+        """The queen's answer to one of this task's questions (the forager calls it)."""
+        if self._asks is not None:
+            self._asks.answer(request, value)
+
+    def pending_asks(self) -> list[p.Message]:
+        """The questions still waiting, to ask again after a reconnect."""
+        return self._asks.pending() if self._asks is not None else []
 
     def progress(self, fraction: float | None = None, note: str | None = None) -> None:
         """Report progress (0.0-1.0) and/or a short note; also renews the task's lease.
@@ -87,6 +144,55 @@ class TaskContext:
         self._forager.send_message(p.Message(
             "task.result", {"partial": True, "value": p.wrap_blob(value)}, ref=self.ref,
             to="queen"))
+
+
+class Asks:
+    """One task's questions: each a request id, its ``task.ask`` message and the future
+    its handler waits on. Thread-safe: the handler's thread asks, the I/O thread answers."""
+
+    __slots__ = ("_lock", "_n", "_waiting")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._n = 0
+        self._waiting: dict[str, tuple[p.Message, Future[Any]]] = {}
+
+    def new(self, ref: str, prompt: Any, data: Any,
+            timeout: float | None) -> tuple[p.Message, Future[Any]]:
+        with self._lock:
+            self._n += 1
+            request = f"{ref}.q{self._n}"
+            body: dict[str, Any] = {"request": request, "prompt": p.wrap_blob(prompt)}
+            if data is not None:
+                body["data"] = p.wrap_blob(data)
+            if timeout is not None:
+                body["timeout"] = float(timeout)
+            msg = p.Message("task.ask", body, ref=ref, to="queen")
+            fut: Future[Any] = Future()
+            self._waiting[request] = (msg, fut)
+            return msg, fut
+
+    def answer(self, request: str, value: Any) -> None:
+        with self._lock:
+            got = self._waiting.pop(request, None)
+        if got is not None and not got[1].done():
+            got[1].set_result(p.unwrap_blob(value))
+
+    def close(self, request: str) -> bool:
+        """Stop waiting for ``request``; False if it was answered meanwhile."""
+        with self._lock:
+            return self._waiting.pop(request, None) is not None
+
+    def cancel_all(self, task_id: str) -> None:
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for _, fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(TaskCancelled(f"task {task_id} was cancelled"))
+
+    def pending(self) -> list[p.Message]:
+        with self._lock:
+            return [m for m, _ in self._waiting.values()]
 
 
 def positional_args(fn: Callable[..., Any], most: int) -> int:
@@ -130,4 +236,4 @@ def error_body(e: BaseException) -> dict[str, Any]:
     return {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}}
 
 
-__all__ = ["Handler", "TaskContext", "error_body", "positional_args"]
+__all__ = ["Asks", "Handler", "TaskContext", "error_body", "positional_args"]

@@ -24,13 +24,22 @@ from meshant import protocol as p
 from meshant.actors import _zmqio as _zio
 from meshant.actors._waker import Waker
 from meshant.core.memory import MemoryStore
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, RecordMemory, Send
+from meshant.core.queen import (
+    Publish,
+    QueenConfig,
+    QueenCore,
+    Record,
+    RecordMemory,
+    Remember,
+    Send,
+)
 from meshant.core.queen_state import _Info
 from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
 from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import ConfigError, MeshantError
 from meshant.storage import JournalError, is_postgres, open_journal
+from meshant.storage.conversation import batch as conversation_batch
 from meshant.storage.leadership import Leadership
 
 log = logging.getLogger("meshant.queen")
@@ -476,10 +485,13 @@ class Queen:
                     self.core.counters["dropped_sends"] += 1
             elif cls is Publish:
                 pub.send_multipart([a.topic, *a.frames])
-            elif cls is Record or cls is RecordMemory:
+            elif cls is Record or cls is RecordMemory or cls is Remember:
                 try:
                     if cls is Record:
                         self.journal.record(a.tasks, self._wall_offset)
+                    elif cls is Remember:  # conversations: meshant.storage.conversation
+                        self.journal.write(conversation_batch(a.questions, a.updates, a.kept,
+                                                              a.unkept, a.to))
                     else:
                         self.journal.record_memory(a.changes)
                 except JournalError as e:

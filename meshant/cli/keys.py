@@ -14,8 +14,10 @@ def keys() -> None:
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--name", "-n", required=True, help="Key name: files NAME.key and "
               "NAME.key_secret; by default the key may register this name and NAME-*.")
-@click.option("--role", "roles", multiple=True, type=click.Choice(["forager", "client"]),
-              help="What the key may register as (repeatable; default client).")
+@click.option("--role", "roles", multiple=True, type=click.Choice(["forager", "client", "admin"]),
+              help="What the key may register as (repeatable; default client). admin: a "
+              "client that may also drain, halt, dlq retry/purge, purge inboxes, write "
+              "reserved memory keys, and answer or watch anyone's task.")
 @click.option("--allow-name", "names", multiple=True, metavar="PATTERN",
               help="Names the key may register (glob, repeatable) instead of NAME, NAME-*.")
 def keys_generate(directory: str, name: str, roles: tuple[str, ...],

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.queen_converse import ConverseHandlers
 from meshant.core.queen_peers import PeerHandlers
 from meshant.core.queen_services import ServiceHandlers
 from meshant.core.queen_state import (
@@ -35,6 +36,7 @@ from meshant.core.queen_state import (
     QueenConfig,
     Record,
     RecordMemory,
+    Remember,
     Send,
 )
 from meshant.core.queen_tasks import TaskHandlers
@@ -44,7 +46,7 @@ from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC
 
 
-class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
+class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
     """The queen's decisions, driven by method calls and a clock argument."""
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
@@ -54,6 +56,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
                  now: float = 0.0) -> None:
         super().__init__(config, epoch=epoch, wall_offset=wall_offset, authorized=authorized,
                          archive=archive, restore=restore, memory=memory, now=now)
+        self._converse_init()  # conversations: after the scheduler restored its tasks
         self._handlers: dict[str, Handler] = {
             "hello": self._on_hello,
             "hb": self._on_hb,
@@ -74,6 +77,10 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             "dlq": self._on_dlq,
             "ctl.drain": self._on_control,
             "ctl.halt": self._on_control,
+            "task.ask": self._on_ask,  # conversations (queen_converse)
+            "task.answer": self._on_answer,
+            "task.attach": self._on_attach,
+            "inbox": self._on_inbox,
         }
 
     def take(self) -> list[Action]:
@@ -98,6 +105,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
         sched.tick(now)
         for update in self.memory.expire(now):
             self._publish_mem(update)
+        self._converse_tick(now)
 
     def end_turn(self, now: float) -> None:
         """Close a loop turn: assign what can be, journal what changed, then what to send."""
@@ -110,6 +118,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
             self.out.append(Record(list(sched.changed.values())))
             sched.changed.clear()
         if sched.out:
+            self._converse_turn()  # update logs and watchers, before the sends
             self._flush()
         if self._later:
             later, self._later = self._later, []
@@ -308,4 +317,5 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers):
         handler(identity, node, msg, codec, now)
 
 
-__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "RecordMemory", "Send"]
+__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "RecordMemory", "Remember",
+           "Send"]

@@ -3,6 +3,8 @@ authorisation, name takeover, adoption), heartbeats, IACP 1.1 registration."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from meshant import protocol as p
 from meshant.core.queen_state import (
     HELLO_RATE,
@@ -20,6 +22,9 @@ from meshant.protocol.codes import Code
 
 class PeerHandlers(QueenState):
     """The queen core's handling of peers joining and beating: hello (negotiation,"""
+
+    if TYPE_CHECKING:
+        def _inbox_hello(self, node: Node, now: float) -> None: ...
 
     def _on_hello(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                   now: float) -> None:
@@ -86,6 +91,7 @@ class PeerHandlers(QueenState):
             for ref in stale:
                 self._send(new, p.Message("task.cancel", {"task": ref.rpartition(".")[0]},
                                           ref=ref))
+        self._inbox_hello(new, now)  # what was kept for this name (queen_converse)
 
     def _on_hb(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                now: float) -> None:

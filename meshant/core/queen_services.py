@@ -3,7 +3,7 @@ broadcasts, colony memory, the dead-letter queue, drain and halt."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshant import protocol as p
 from meshant.core.memory import MemoryError_
@@ -15,12 +15,19 @@ from meshant.core.queen_state import (
     QueenState,
 )
 from meshant.core.registry import DRAINING, Node
+from meshant.core.rights import reserved
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import TOPIC_MAX, USER_PREFIX, valid_topic
 
 
 class ServiceHandlers(QueenState):
     """The queen core's services besides tasks: status and tool queries, directed messages,"""
+
+    if TYPE_CHECKING:  # rights and inboxes are queen_converse's
+        def _forbidden(self, identity: bytes, node: Node, codec: str, operation: str,
+                       msg: p.Message, owner: bool = False) -> bool: ...
+        def _keep(self, identity: bytes, node: Node, msg: p.Message, codec: str,
+                  missing: list[str], now: float) -> bool: ...
 
     def _on_status(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                    now: float) -> None:
@@ -42,15 +49,25 @@ class ServiceHandlers(QueenState):
         assert node is not None
         names = msg.recipients
         missing = [n for n in names if n not in self.registry.by_name]
-        if not names or missing:
+        if not names or not all(isinstance(n, str) and n for n in names):
             self._error_to(identity, codec, UNKNOWN_RECIPIENT,
-                           f"no live peer named {', '.join(missing) or '(none given)'}", msg.id)
+                           f"no recipient named in {names!r}", msg.id)
             return
+        # Names not connected: kept in their durable inboxes (queen_converse).
+        if missing and not self._keep(identity, node, msg, codec, missing, now):
+            return
+        receipt = bool(msg.extra and msg.extra.get("receipt"))
         for name in names:
-            target = self.registry.by_name[name]
+            target = self.registry.by_name.get(name)
+            if target is None:
+                continue
             out = p.Message(msg.kind, msg.body, id=msg.id, frm=node.name, to=name, ts=msg.ts,
                             ref=msg.ref, extra=msg.extra)
             self._send(target, out)
+            if receipt:
+                self._send(node, p.Message("msg.receipt", {
+                    "message": msg.id, "to": name, "status": "delivered",
+                    "at": self._wall(now)}))
 
     def _on_broadcast(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                       now: float) -> None:
@@ -83,6 +100,9 @@ class ServiceHandlers(QueenState):
             return
         b = msg.b
         op = b.get("op")
+        if op in ("set", "delete") and reserved(b.get("key")) and self._forbidden(
+                identity, node, codec, "mem.reserved", msg):
+            return
         try:
             if op == "snapshot":
                 self._send(node, p.Message("mem.sync", self.memory.snapshot(), ref=msg.id))
@@ -130,6 +150,8 @@ class ServiceHandlers(QueenState):
                            f"no dead letter {', '.join(map(str, missing)) or '(none given)'}",
                            msg.id)
             return
+        if op in ("retry", "purge") and self._forbidden(identity, node, codec, f"dlq.{op}", msg):
+            return
         if op in ("list", "show"):
             chosen = wanted if op == "show" else list(dlq)
             items = [{"task": t.id, "capability": t.capability, "error": (t.final or {}).get(
@@ -154,6 +176,8 @@ class ServiceHandlers(QueenState):
                     now: float) -> None:
         """ctl.drain / ctl.halt for a forager, from a client (or the CLI)."""
         assert node is not None
+        if self._forbidden(identity, node, codec, msg.kind, msg):
+            return
         names = msg.recipients
         targets = [self.registry.by_name.get(n) for n in names]
         if not names or any(t is None or t.role != "forager" for t in targets):

@@ -46,6 +46,9 @@ class Grants(Protocol):
     def check(self, key: bytes | None, name: str, role: str) -> str | None:
         """None if ``key`` may register ``name`` as ``role``, else why not."""
 
+    def roles_of(self, key: bytes) -> tuple[str, ...]:
+        """The roles ``key`` was granted (``admin`` among them for operators)."""
+
 
 @dataclass(frozen=True, slots=True)
 class QueenConfig:
@@ -124,7 +127,20 @@ class RecordMemory:
     changes: list[tuple[str, Any, float | None, int]]
 
 
-Action = Send | Publish | Record | RecordMemory
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Journal conversation state (``meshant.storage.conversation``) before any later
+    action leaves: question rows (upserted), task updates, inbox messages kept, and
+    inbox messages forgotten (``unkept``, delivered or expired or purged, for ``to``)."""
+
+    questions: list[dict[str, Any]] = field(default_factory=list)
+    updates: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    unkept: list[str] = field(default_factory=list)
+    to: str = ""
+
+
+Action = Send | Publish | Record | RecordMemory | Remember
 
 Handler = Callable[[bytes, "Node | None", p.Message, str, float], None]
 
@@ -174,7 +190,7 @@ class QueenState:
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
                                          "refused_keys": 0, "rate_limited": 0,
                                          "idempotent_hits": 0, "resubmitted": 0,
-                                         "unregistered": 0}
+                                         "unregistered": 0, "forbidden": 0}
         self.info = _Info()
         # A standby (another queen leads the shared journal): every message gets
         # ``not-leader`` with these fields (the leader's endpoint when known, the term).

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 QUEUED = "queued"
 ASSIGNED = "assigned"
 ACCEPTED = "accepted"
+INPUT_REQUIRED = "input-required"  # running, its handler waits for an answer
 COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
@@ -26,7 +27,8 @@ FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 TRANSITIONS: dict[str, frozenset[str]] = {
     QUEUED: frozenset({ASSIGNED, FAILED, CANCELLED}),
     ASSIGNED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
-    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED}),
+    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED, INPUT_REQUIRED}),
+    INPUT_REQUIRED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
     COMPLETED: frozenset(),
     FAILED: frozenset(),
     CANCELLED: frozenset(),

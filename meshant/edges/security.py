@@ -10,7 +10,9 @@ secret). meshant writes its grants into the public file's ``metadata`` section:
         names = "crawler,crawler-*"
 
 A key without grants may register only its own name (the file's stem) or ``stem-*``,
-as a client.
+as a client. The role ``admin`` registers as a client that may also do the operators'
+operations (drain, halt, dlq retry/purge, inbox purge, reserved memory keys, and
+answering or attaching to anyone's task: ``meshant.core.rights``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import zmq
 import zmq.auth
 
-ROLES = ("forager", "client")
+ROLES = ("forager", "client", "admin")
 _META = re.compile(r'^\s+([A-Za-z0-9_-]+)\s*=\s*("?)(.*)\2\s*$')  # quoted or not (ZPL)
 _PUBLIC = re.compile(r'^\s+public-key\s*=\s*"(.{40})"\s*$')
 
@@ -41,7 +43,7 @@ class Grant:
 
     def allows(self, name: str, role: str) -> str | None:
         """None if allowed, else the reason."""
-        if role not in self.roles:
+        if role not in self.roles and not (role == "client" and "admin" in self.roles):
             return (f"key {self.stem!r} may register as {', '.join(self.roles)}, not as "
                     f"{role}")
         if not any(fnmatch.fnmatchcase(name, pat) for pat in self.names):
@@ -159,6 +161,11 @@ class Authorized:
         if g is None:
             return "this key is no longer authorized"
         return g.allows(name, role)
+
+    def roles_of(self, key: bytes) -> tuple[str, ...]:
+        """The roles ``key`` was granted (none if it is not, or no longer, authorized)."""
+        g = self.grants.get(key)
+        return g.roles if g is not None else ()
 
 
 def server_socket(sock: zmq.Socket[Any], public: bytes, secret: bytes) -> None:

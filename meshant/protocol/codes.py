@@ -44,6 +44,11 @@ class Code(StrEnum):
     UNSUPPORTED = "unsupported"
     BAD_TOPIC = "bad-topic"
     NOT_LEADER = "not-leader"  # a standby queen: ``leader`` names the leader's endpoint
+    FORBIDDEN = "forbidden"  # the key's role may not do this operation
+    UNKNOWN_QUESTION = "unknown-question"
+    ALREADY_ANSWERED = "already-answered"
+    CURSOR_EXPIRED = "cursor-expired"
+    INBOX_FULL = "inbox-full"
 
     # A task's final error (``code``), stable for scripts. TOO_LARGE above also ends one.
     HANDLER_ERROR = "handler-error"
@@ -52,6 +57,7 @@ class Code(StrEnum):
     DEADLINE_EXCEEDED = "deadline-exceeded"
     NO_FORAGER = "no-forager"
     CANCELLED = "cancelled"
+    ASK_TIMEOUT = "ask-timeout"  # a question's timeout passed without an answer (handler)
     # Why its last attempt failed (the error's ``cause``: the dead-letter classification),
     # besides HANDLER_ERROR, REJECTED, DEADLINE_EXCEEDED, NO_FORAGER and TOO_LARGE.
     ASSIGN_TIMEOUT = "assign-timeout"

@@ -105,6 +105,29 @@ KINDS: tuple[Kind, ...] = (
          (_f("topic", str, True), _f("data", _ANY))),
     Kind("msg", 41, "directed agent message, routed by name"),
     Kind("note", 42, "one-line note, at most 80 characters", (_f("text", str, True),)),
+    # Agents in conversation: questions, attachable streams, durable inboxes
+    Kind("task.ask", 60, "a running task asks for input (forager → queen → watchers); "
+         "withdraw: the handler stopped waiting",
+         (_f("request", str, True), _f("prompt", _ANY), _f("data", _ANY), _f("task", str),
+          _f("seq", int), _f("timeout", _NUM), _f("withdraw", bool))),
+    Kind("task.answer", 61, "the answer to a question (client → queen → forager)",
+         (_f("task", str, True), _f("value", _ANY), _f("request", str), _f("by", str))),
+    Kind("task.answered", 62, "queen confirms an answer was taken",
+         (_f("task", str, True), _f("request", str, True))),
+    Kind("task.attach", 63, "follow a task's updates after a sequence cursor",
+         (_f("task", str, True), _f("after", int))),
+    Kind("task.attached", 64, "queen confirms an attach: what is kept, the task's state",
+         (_f("task", str, True), _f("state", str, True), _f("after", int), _f("last", int))),
+    Kind("task.update", 65, "one update of an attached task: progress, partial, ask, result",
+         (_f("task", str, True), _f("seq", int, True), _f("kind", str, True),
+          _f("body", dict, True))),
+    Kind("inbox", 66, "a name's durable inbox: list or purge",
+         (_f("op", str, True), _f("name", str, True))),
+    Kind("inbox.reply", 67, "answer to inbox",
+         (_f("op", str, True), _f("name", str, True), _f("items", list), _f("purged", int))),
+    Kind("msg.receipt", 68, "a kept message was delivered, or expired (asked with receipt)",
+         (_f("message", str, True), _f("to", str, True), _f("status", str, True),
+          _f("at", _NUM))),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from meshant.storage import conversation
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     EVENT,
@@ -156,6 +157,8 @@ class Journal(JournalReader):
                 self._check()
             else:
                 self._create()
+            if not readonly:  # conversations' tables (storage.conversation), if missing
+                conversation.create(self.db.execute)
         except sqlite3.DatabaseError as e:
             self._unlock()
             raise JournalError(f"{self.path} is not a usable meshant journal ({e}); it was "
@@ -347,6 +350,8 @@ class Journal(JournalReader):
                 db.executemany(MEM_SET, batch.mem_set)
             if batch.mem_del:
                 db.executemany(MEM_DEL, batch.mem_del)
+            for sql, rows in batch.extra:
+                db.executemany(sql, rows)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -379,6 +384,8 @@ class Journal(JournalReader):
                                [(x, x) for x in ids])
                 db.executemany("DELETE FROM tasks WHERE id=? AND final IS NOT NULL AND "
                                "dead = 0", [(x,) for x in ids])
+                for sql, rows in conversation.prune_rows(ids):  # what belonged to them
+                    db.executemany(sql, rows)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")

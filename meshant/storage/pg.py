@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from meshant.storage import conversation
 from meshant.storage.idfilter import IdFilter
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
@@ -223,6 +224,10 @@ class PgJournal(JournalReader):
             with db.transaction():  # (a journal made by an older meshant gets it too)
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 db.execute(_FENCE)
+        if not self.readonly:  # conversations' tables (storage.conversation), if missing
+            with db.transaction():  # under the schema lock: two queens may start at once
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                conversation.create(lambda sql: db.execute(translate(sql)))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:
             raise JournalError(f"{self.path} has a schema {SCHEMA!r} that is not a meshant "
@@ -312,7 +317,7 @@ class PgJournal(JournalReader):
                     cur.execute("SELECT fence(%s)", (self.term,))
                 for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
                                   (EVENT, batch.events), (MEM_SET, batch.mem_set),
-                                  (MEM_DEL, batch.mem_del)):
+                                  (MEM_DEL, batch.mem_del), *batch.extra):
                     if rows:
                         cur.executemany(self._q(sql), rows)
         except self._psycopg.Error as e:
@@ -341,6 +346,8 @@ class PgJournal(JournalReader):
                 cur = db.execute("DELETE FROM tasks WHERE id = ANY(%s) AND final IS NOT NULL "
                                  "AND dead = 0", (ids,))
                 gone += int(cur.rowcount or 0)
+                for sql, rows in conversation.prune_rows(ids):  # what belonged to them
+                    db.cursor().executemany(translate(sql), rows)
         self.pruned += gone
         return gone
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshant.storage.conversation import ConversationStore
 from meshant.storage.records import COLS, SELECT, chain, unpack
 
 
@@ -21,6 +22,11 @@ class JournalReader:
     @property
     def _select(self) -> str:
         return SELECT
+
+    @property
+    def conversation(self) -> ConversationStore:
+        """Questions, task updates and inboxes (``meshant.storage.conversation``)."""
+        return ConversationStore(self)
 
     @staticmethod
     def _row(r: tuple[Any, ...]) -> dict[str, Any]:

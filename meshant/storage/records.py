@@ -77,9 +77,11 @@ class Batch:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     mem_set: list[tuple[Any, ...]] = field(default_factory=list)
     mem_del: list[tuple[Any, ...]] = field(default_factory=list)
+    # Other tables' statements, (sql, rows), after the above (storage.conversation's).
+    extra: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.updates or self.mem_set or self.mem_del)
+        return bool(self.inserts or self.updates or self.mem_set or self.mem_del or self.extra)
 
 
 class TaskLog:
