@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, RecordMemory, Send
+from meshant.core.queen import (
+    Publish,
+    QueenConfig,
+    QueenCore,
+    Record,
+    RecordMemory,
+    Remember,
+    Send,
+)
 from meshant.storage.journal import Journal
 
 
@@ -115,6 +123,8 @@ class SimColony:
                 self.records += 1
                 if self.journal is not None:
                     self.journal.record_memory(a.changes)
+            elif isinstance(a, Remember) and self.journal is not None:
+                self.journal.conversation.write(a.questions, a.updates, a.kept, a.unkept, a.to)
 
     # -- conveniences for forager and client scripts ----------------------------------
 

@@ -16,6 +16,7 @@ import queue
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -120,6 +121,8 @@ class Client(Conversations, Peer):
             "inbox.reply": self._on_reply,
         })
         self._attached: dict[str, list[Attachment]] = {}
+        # The queen's refusals of messages that wait for no answer (drain, halt, msg).
+        self.refusals: deque[p.Message] = deque(maxlen=100)
         if threaded:
             self._start_io(timeout)
         else:
@@ -434,17 +437,27 @@ class Client(Conversations, Peer):
         """Stop a forager at once; the queen reissues its running tasks elsewhere."""
         self.send_message(p.Message("ctl.halt", {}, frm=self.name, to=forager))
 
-    def send(self, to: str | list[str], body: dict[str, Any] | None = None) -> None:
-        """Send a directed message to one agent or several, routed by the queen."""
-        self.send_message(p.Message("msg", body or {}, frm=self.name, to=to))
+    def send(self, to: str | list[str], body: dict[str, Any] | None = None, *,
+             receipt: bool = False, ttl: float | None = None) -> str:
+        """Send a directed message to one agent or several, routed by the queen; a name
+        not connected gets it when it registers (kept at most ``ttl`` seconds). With
+        ``receipt``, a ``msg.receipt`` (delivered, or expired) comes to ``inbox``.
+        Returns the message id."""
+        msg = p.Message("msg", body or {}, frm=self.name, to=to, extra=_extra(receipt, ttl))
+        self.send_message(msg)
+        return msg.id
 
-    def note(self, to: str | list[str], text: str) -> None:
-        """Send a one-line note (at most 80 characters)."""
+    def note(self, to: str | list[str], text: str, *, receipt: bool = False,
+             ttl: float | None = None) -> str:
+        """Send a one-line note (at most 80 characters); as :meth:`send` otherwise."""
         try:
             p.validate_body(p.BY_NAME["note"], {"text": text})
         except p.ProtocolError as e:
             raise ValueError(e.message) from None
-        self.send_message(p.Message("note", {"text": text}, frm=self.name, to=to))
+        msg = p.Message("note", {"text": text}, frm=self.name, to=to,
+                        extra=_extra(receipt, ttl))
+        self.send_message(msg)
+        return msg.id
 
     # -- I/O thread -----------------------------------------------------------------------
 
@@ -548,7 +561,18 @@ class Client(Conversations, Peer):
         if rf is not None and not rf.done():
             fail(rf, from_error_body(msg.b))
             return
+        self.refusals.append(msg)  # e.g. a drain refused as forbidden: for the CLI to tell
         super()._on_remote_error(msg)
+
+
+def _extra(receipt: bool, ttl: float | None) -> dict[str, Any] | None:
+    """Envelope fields of a directed message (peers that do not know them ignore them)."""
+    extra: dict[str, Any] = {}
+    if receipt:
+        extra["receipt"] = True
+    if ttl is not None:
+        extra["ttl"] = float(ttl)
+    return extra or None
 
 
 __all__ = ["Client", "TaskFuture", "Update"]

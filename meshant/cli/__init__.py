@@ -17,6 +17,7 @@ from meshant.cli import (
     bench,
     conformance,
     control,
+    converse,
     demo,
     discover,
     dlq,
@@ -47,8 +48,8 @@ def main(verbose: int) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _module in (queen, forager, tasks, control, dlq, journal, keys, discover, demo, bench,
-                conformance):
+for _module in (queen, forager, tasks, converse, control, dlq, journal, keys, discover, demo,
+                bench, conformance):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

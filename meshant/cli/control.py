@@ -34,6 +34,9 @@ def _control(conn: Connection, names: tuple[str, ...], what: str) -> None:
             raise click.ClickException(f"no live forager named {', '.join(missing)} "
                                        "(see `meshant status`)")
         getattr(client, what)(list(names))
+        client.status()  # answered in order: a refusal of the drain/halt is here by now
+        for r in client.refusals:
+            raise click.ClickException(f"[{r.b['code']}] {r.b['message']}")
         click.echo(f"{what} sent to {', '.join(names)}", err=True)
 
 

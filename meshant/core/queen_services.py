@@ -141,6 +141,8 @@ class ServiceHandlers(QueenState):
         assert node is not None
         b = msg.b
         op = b["op"]
+        if op in ("retry", "purge") and self._forbidden(identity, node, codec, f"dlq.{op}", msg):
+            return
         dlq = self.scheduler.dlq
         one = b.get("task")
         wanted: list[str] = list(dlq) if b.get("all") else [one] if isinstance(one, str) else []
@@ -149,8 +151,6 @@ class ServiceHandlers(QueenState):
             self._error_to(identity, codec, UNKNOWN_TASK,
                            f"no dead letter {', '.join(map(str, missing)) or '(none given)'}",
                            msg.id)
-            return
-        if op in ("retry", "purge") and self._forbidden(identity, node, codec, f"dlq.{op}", msg):
             return
         if op in ("list", "show"):
             chosen = wanted if op == "show" else list(dlq)
