@@ -273,7 +273,7 @@ def test_rights_per_operation_with_keys() -> None:
     user.one("task.answered")
     _send(sim, admin, b"admin", "ctl.drain", {}, to="f")
     assert f.one("ctl.drain")
-    assert sim.core.counters["forbidden"] == 8
+    assert sim.core.counters["forbidden"] == 7
 
 
 def test_without_keys_everything_stays_allowed() -> None:
