@@ -65,6 +65,9 @@ DECODE_CASES: list[tuple[str, list[bytes], str]] = [
     ("order: the envelope is checked before the body",
      [f0(RESULT, env=b"\x93\x01\x02\x03", body=b"\xc1")], "bad-type"),
     ("order: the body's msgpack before its fields", [f0(REJECT, body=b"\xc1")], "bad-msgpack"),
+    ("task.ask without a request id", [f0(60)], "missing-field"),
+    ("task.update with a body that is not a map",
+     [f0(65, body=b"\x84\xa4task\xa1t\xa3seq\x01\xa4kind\xa1k\xa4body\x01")], "bad-type"),
 ]
 
 # IACP 1.1 JSON frames (§8), each wrong in one way.

@@ -196,7 +196,8 @@ class QueenKit(TaskChecks):
             (c.send("welcome", {"version": 2, "features": [], "hb_interval": 1.0,
                                 "hb_misses": 1, "assign_timeout": 1.0, "epoch": "x"}),
              "unsupported"),
-            (c.send("note", {"text": "hi"}, to=f"nobody-{self.run_id}"), "unknown-recipient"),
+            # No recipient at all (one not connected has its message kept: spec §6a).
+            (c.send("note", {"text": "hi"}, to=[]), "unknown-recipient"),
             (c.send("task.status", {"task": f"no-such-task-{self.run_id}"}), "unknown-task"),
             (c.send("task.submit", {"capability": self.cap(), "priority": 100}), "bad-value"),
             (c.send("task.submit", {"capability": self.cap(), "max_attempts": 0}), "bad-value"),

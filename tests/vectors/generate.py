@@ -94,6 +94,30 @@ BINARY = [
                        extra={"n": 2**40})),
     ("an empty to list is kept; a nil body", Message("ctl.drain", None, id="m-7",
                                                      frm="client-1", to=[])),
+    # Conversations (kinds 60-68)
+    ("task.ask from a forager", Message("task.ask", {
+        "request": "c1-7.1.q1", "prompt": "Which branch?", "data": {"choices": ["a", "b"]},
+        "timeout": 600.0}, id="m-60", frm="forager-07", to="queen", ref="c1-7.1")),
+    ("task.ask relayed to the submitter", Message("task.ask", {
+        "task": "c1-7", "seq": 3, "request": "c1-7.1.q1", "prompt": "Which branch?"},
+        id="q-61", frm="queen", to="c1", ref="c1-7")),
+    ("task.answer from a client", Message("task.answer", {
+        "task": "c1-7", "request": "c1-7.1.q1", "value": "b"}, id="c1-20", frm="c1",
+        to="queen")),
+    ("task.attach", Message("task.attach", {"task": "c1-7", "after": 2}, id="c2-1",
+                            frm="c2", to="queen")),
+    ("task.update", Message("task.update", {
+        "task": "c1-7", "seq": 3, "kind": "task.result",
+        "body": {"task": "c1-7", "seq": 3, "partial": True, "value": "tok"}}, id="q-62",
+        frm="queen", to="c2", ref="c1-7")),
+    ("msg asking for a receipt, kept an hour at most", Message(
+        "msg", {"text": "see you"}, id="m-63", frm="c1", to="forager-09",
+        extra={"receipt": True, "ttl": 3600.0})),
+    ("msg.receipt", Message("msg.receipt", {
+        "message": "m-63", "to": "forager-09", "status": "delivered", "at": 1312284200.5},
+        id="q-64", frm="queen", to="c1")),
+    ("inbox list", Message("inbox", {"op": "list", "name": "forager-09"}, id="c1-21",
+                           frm="c1", to="queen")),
 ]
 
 LEGACY_LINES = [
