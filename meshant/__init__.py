@@ -2,6 +2,7 @@
 
 from meshant._version import __version__
 from meshant.actors.async_client import AsyncClient
+from meshant.actors.attach import Attachment
 from meshant.actors.client import Client
 from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.actors.forager import Forager
@@ -11,8 +12,10 @@ from meshant.actors.queen import Queen
 from meshant.conformance import check_forager, check_queen
 from meshant.core.queen import QueenConfig
 from meshant.errors import (
+    AskTimeout,
     ConfigError,
     DeadlineExceeded,
+    Forbidden,
     MeshantError,
     NoForager,
     QueenUnreachable,
@@ -26,7 +29,9 @@ from meshant.errors import (
 from meshant.protocol import Blob, Message, ProtocolError
 
 __all__ = [
+    "AskTimeout",
     "AsyncClient",
+    "Attachment",
     "Blob",
     "Client",
     "ClientConfig",
@@ -34,6 +39,7 @@ __all__ = [
     "DeadlineExceeded",
     "Forager",
     "ForagerConfig",
+    "Forbidden",
     "MeshantError",
     "Message",
     "NoForager",

@@ -16,6 +16,7 @@ import zmq
 
 from meshant import Client, Forager, MeshantError, Queen
 from meshant.actors.futures import Update
+from meshant.edges.security import generate
 from meshant.errors import AskTimeout, Forbidden
 from meshant.protocol import Message
 
@@ -36,10 +37,15 @@ def _asker(x: Any, ctx: Any) -> str:
     return f"hello {name}"
 
 
+async def _async_asker(x: Any, ctx: Any) -> str:
+    name = await ctx.ask_async(f"name for {x}?", timeout=60)
+    return f"hello {name} (async)"
+
+
 @pytest.mark.slow
 def test_ask_answered_from_the_cli_in_another_process(colony: Colony) -> None:
     colony.start_queen()
-    colony.forager({"greet": _asker}, name="f")
+    colony.forager({"greet": _asker, "agreet": _async_asker}, name="f")
     c = colony.client()
     fut = c.submit("greet", 7)
     u = _next_update(fut, "input-required")
@@ -57,6 +63,11 @@ def test_ask_answered_from_the_cli_in_another_process(colony: Colony) -> None:
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert [x["update"] for x in lines[:-1]] == ["input-required"]
     assert lines[-1] == {"task": fut.task_id, "state": "completed", "result": "hello bob"}
+    # The async twin, answered by request id through the API.
+    fut2 = c.submit("agreet", 8)
+    u2 = _next_update(fut2, "input-required")
+    assert c.answer(fut2.task_id, "ann", request=u2.request)["request"] == u2.request
+    assert fut2.result(10) == "hello ann (async)"
 
 
 @pytest.mark.slow
@@ -198,14 +209,14 @@ def test_a_second_client_attaches_mid_stream_from_a_cursor(colony: Colony) -> No
 def test_a_non_admin_key_is_refused_drain_halt_and_dlq_purge(tmp_path: Path) -> None:
     keys, auth = tmp_path / "keys", tmp_path / "authorized"
     auth.mkdir()
-    for name, role in (("queen", "client"), ("f1", "forager"), ("user", "client"),
-                       ("root", "admin")):
-        # The CLI's client names itself client-HOST-PID: the user key allows any name.
-        more = ("--allow-name", "*") if name == "user" else ()
-        r = meshant("keys", "generate", str(keys), "--name", name, "--role", role, *more)
-        assert r.returncode == 0, r.stderr
-        if name != "queen":
-            shutil.copy(keys / f"{name}.key", auth)
+    r = meshant("keys", "generate", str(keys), "--name", "root", "--role", "admin")
+    assert r.returncode == 0, r.stderr
+    generate(keys, "queen")
+    generate(keys, "f1", ("forager",))
+    # The CLI's client names itself client-HOST-PID: the user key allows any name.
+    generate(keys, "user", ("client",), ("*",))
+    for name in ("f1", "user", "root"):
+        shutil.copy(keys / f"{name}.key", auth)
     ctx: zmq.Context[Any] = zmq.Context()
     q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", curve_secret=str(keys / "queen.key_secret"),
               authorized=str(auth), hb_interval=0.2, context=ctx).start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from meshant.actors.attach import Attachment
 from meshant.actors.client import Client
 from meshant.errors import MeshantError
 from meshant.protocol.codes import Code
@@ -48,6 +49,16 @@ class AsyncClient:
 
     async def status(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._c().status)
+
+    async def answer(self, task_id: str, value: Any, *, request: str | None = None
+                     ) -> dict[str, Any]:
+        """Answer a task's question (:meth:`Client.answer`)."""
+        return await asyncio.to_thread(self._c().answer, task_id, value, request=request)
+
+    async def attach(self, task_id: str, after_seq: int = 0) -> Attachment:
+        """Follow a task from a cursor (:meth:`Client.attach`); await its result with
+        ``await asyncio.wrap_future(attachment)``."""
+        return await asyncio.to_thread(self._c().attach, task_id, after_seq)
 
 
 __all__ = ["AsyncClient"]

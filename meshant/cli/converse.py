@@ -65,7 +65,7 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
             if as_json:
                 echo_flush(json.dumps(rec))
             else:
-                echo_flush(_text(u))
+                echo_flush(update_text(u))
         try:
             result = att.result(0)
             out: dict[str, Any] = {"task": task_id, "state": "completed",
@@ -83,7 +83,8 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
         sys.exit(1)
 
 
-def _text(u: Any) -> str:
+def update_text(u: Any) -> str:
+    """One update as `meshant watch` prints it."""
     if u.kind == "progress":
         frac = "" if u.fraction is None else f"{u.fraction * 100:.0f}% "
         return f"[progress] {frac}{u.note or ''}"

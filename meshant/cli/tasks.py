@@ -40,7 +40,12 @@ def _print_update(task_id: str, u: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"id": task_id, "update": u.kind, "seq": u.seq,
                                "fraction": u.fraction, "note": u.note,
-                               "value": jsonable(u.value)}))
+                               "value": jsonable(u.value), "request": u.request}))
+    elif u.kind in ("input-required", "withdrawn"):
+        from meshant.cli.converse import update_text  # the same line `meshant watch` prints
+
+        click.echo(update_text(u) + (f"  (meshant answer {task_id} JSON)"
+                                     if u.kind == "input-required" else ""))
     else:
         click.echo(f"[{u.kind}] " + (json.dumps(jsonable(u.value)) if u.kind == "partial"
                                      else f"{(u.fraction or 0) * 100:.0f}% {u.note or ''}"))

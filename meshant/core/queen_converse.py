@@ -145,8 +145,13 @@ class ConverseHandlers(QueenState):
         if self.scheduler.track_changes:
             self.scheduler.changed[task.id] = task
 
+    def _waiting(self, task: Task) -> list[Question]:
+        """The task's questions its current attempt still waits on, oldest first."""
+        current = task.current.id if task.current is not None else None
+        return [q for q in self.questions.pending(task.id) if q.attempt == current]
+
     def _resume(self, task: Task, now: float) -> None:
-        if task.state == INPUT_REQUIRED and not self.questions.pending(task.id):
+        if task.state == INPUT_REQUIRED and not self._waiting(task):
             self.scheduler._move(task, ACCEPTED, now, "input received")
 
     def _answer_msg(self, task: Task, q: Question, ref: str) -> p.Message:
@@ -169,11 +174,11 @@ class ConverseHandlers(QueenState):
                            owner=task.client_name == node.name):
             return
         request = b.get("request")
+        current = task.current.id if task.current is not None else None
         if request is None:
-            pending = self.questions.pending(task.id)
+            pending = self._waiting(task)
             request = pending[0].request if pending else None
         q = self.questions.get(task.id, request) if request is not None else None
-        current = task.current.id if task.current is not None else None
         if q is None:
             self._error_to(identity, codec, Code.UNKNOWN_QUESTION,
                            f"task {task_id!r} is not waiting for input" if request is None
