@@ -17,6 +17,7 @@ from meshant.core.queen import (
     Remember,
     Send,
 )
+from meshant.storage import conversation
 from meshant.storage.journal import Journal
 
 
@@ -124,7 +125,8 @@ class SimColony:
                 if self.journal is not None:
                     self.journal.record_memory(a.changes)
             elif isinstance(a, Remember) and self.journal is not None:
-                self.journal.conversation.write(a.questions, a.updates, a.kept, a.unkept, a.to)
+                self.journal.write(conversation.batch(a.questions, a.updates, a.kept, a.unkept,
+                                                      a.to))
 
     # -- conveniences for forager and client scripts ----------------------------------
 

@@ -3,16 +3,27 @@ questions and answers, attachable update logs with cursors, durable inboxes, rig
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from meshant import protocol as p
 from meshant.core.conversation import UpdateLogs
 from meshant.core.inbox import Inboxes, Kept
 from meshant.core.rights import OPERATIONS, permits
-from meshant.storage.journal import Journal
+from meshant.storage import open_journal
 
 from .colony_sim import SimColony, SimPeer
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a journal goes: an SQLite file, then a PostgreSQL database (as test_journal)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "q.db")
+    return str(request.getfixturevalue("pg_url"))
 
 
 def _running(sim: SimColony, c: SimPeer, f: SimPeer) -> dict[str, Any]:
@@ -82,8 +93,8 @@ def test_a_withdrawn_question_takes_no_answer_and_the_task_runs_on() -> None:
     assert c.one("error").b["code"] == "unknown-question"
 
 
-def test_a_pending_question_survives_a_queen_restart(tmp_path: Path) -> None:
-    j = Journal(tmp_path / "q.db")
+def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
+    j = open_journal(journal_at)
     sim = SimColony(journal=j)
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
@@ -91,7 +102,7 @@ def test_a_pending_question_survives_a_queen_restart(tmp_path: Path) -> None:
     q = _ask(f, a, 1)
     seq = c.take("task.ask")[0].b["seq"]
     j.close()
-    j2 = Journal(tmp_path / "q.db")
+    j2 = open_journal(journal_at)
     sim2 = SimColony(journal=j2)  # the queen restarted on its journal
     assert _state(sim2, a["task"]) == "input-required"
     assert [x.request for x in sim2.core.questions.pending(a["task"])] == [q]
@@ -191,20 +202,20 @@ def test_kept_messages_expire_with_a_receipt_and_a_full_inbox_refuses() -> None:
     assert c.one("inbox.reply").b["purged"] == 1
 
 
-def test_inboxes_are_journaled_and_kept_across_a_restart(tmp_path: Path) -> None:
-    j = Journal(tmp_path / "q.db")
+def test_inboxes_are_journaled_and_kept_across_a_restart(journal_at: str) -> None:
+    j = open_journal(journal_at)
     sim = SimColony(journal=j)
     c = sim.client()
     for i in range(3):
         sim.deliver(c.identity, p.binary.encode(p.Message("msg", {"i": i}, frm="client",
                                                           to="later")))
     j.close()
-    j2 = Journal(tmp_path / "q.db")
+    j2 = open_journal(journal_at)
     sim2 = SimColony(journal=j2)
     f = sim2.forager("later")
     assert [m.b["i"] for m in f.take("msg")] == [0, 1, 2]
     j2.close()
-    j3 = Journal(tmp_path / "q.db")
+    j3 = open_journal(journal_at)
     sim3 = SimColony(journal=j3)
     assert sim3.forager("later").take("msg") == []  # delivered once, not again
     j3.close()
@@ -296,3 +307,18 @@ def test_update_logs_and_inboxes_are_bounded_in_bytes() -> None:
     ib.put(Kept("2", "b", "msg", "c", None, 0.0, 10.0, 10))
     assert not ib.fits("c", 1)  # at most two names
     assert [k.id for k in ib.expire(10.0)] == ["1", "2"] and ib.boxes == {}
+
+
+def test_a_tasks_updates_and_questions_are_pruned_with_it(journal_at: str) -> None:
+    j = open_journal(journal_at)
+    sim = SimColony(journal=j)
+    c, f = sim.client(), sim.forager("f")
+    a = _running(sim, c, f)
+    f.send("task.progress", {"fraction": 0.5}, ref=a["id"])
+    _ask(f, a, 1)
+    assert [k for _, k, _ in j.conversation.updates(a["task"])] == ["task.progress", "task.ask"]
+    assert len(j.conversation.questions(a["task"])) == 1
+    f.send("task.result", {"status": "ok", "result": 1}, ref=a["id"])
+    assert j.prune(time.time() + 60, 0) == 1
+    assert j.conversation.updates(a["task"]) == [] and j.conversation.questions() == []
+    j.close()

@@ -25,6 +25,14 @@ from .test_cli import meshant
 from .test_journal import Restartable
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a journal goes: an SQLite file, then a PostgreSQL database (as test_journal)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "q.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
 def _next_update(fut: Any, kind: str, timeout: float = 10.0) -> Update:
     for u in fut.updates(timeout=timeout):
         if u.kind == kind:
@@ -71,8 +79,9 @@ def test_ask_answered_from_the_cli_in_another_process(colony: Colony) -> None:
 
 
 @pytest.mark.slow
-def test_a_pending_question_survives_kill_9_of_the_queen(procs: Procs, tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
+def test_a_pending_question_survives_kill_9_of_the_queen(procs: Procs, tmp_path: Path,
+                                                        journal_at: str) -> None:
+    q = Restartable(procs, tmp_path, journal=journal_at)
     ctx: zmq.Context[Any] = zmq.Context()
     f = Forager(q.router, name="f", context=ctx)
     f.add_handler("greet", _asker)
