@@ -13,6 +13,7 @@ from meshant import protocol as p
 from meshant.core.conversation import UpdateLogs
 from meshant.core.inbox import Inboxes, Kept
 from meshant.core.rights import OPERATIONS, permits
+from meshant.protocol.codec import JSON
 from meshant.storage import open_journal
 
 from .colony_sim import SimColony, SimPeer
@@ -322,3 +323,24 @@ def test_a_tasks_updates_and_questions_are_pruned_with_it(journal_at: str) -> No
     assert j.prune(time.time() + 60, 0) == 1
     assert j.conversation.updates(a["task"]) == [] and j.conversation.questions() == []
     j.close()
+
+
+def test_questions_are_bounded_and_a_1_1_agent_gets_its_inbox_too() -> None:
+    sim = SimColony()
+    c, f = sim.client(), sim.forager("f")
+    a = _running(sim, c, f)
+    big = "x" * (sim.core.config.mem_max_value + 1)
+    f.send("task.ask", {"request": "r-big", "prompt": big}, ref=a["id"])
+    err = f.one("error").b
+    assert err["code"] == "too-large" and "--mem-max-value" in err["message"]
+    assert _state(sim, a["task"]) == "accepted" and c.take("task.ask") == []
+    # An IACP 1.1 forager registers with its first heartbeat: what waited comes then.
+    sim.deliver(c.identity, p.binary.encode(p.Message("note", {"text": "hi"}, frm="client",
+                                                      to="old-agent")))
+    old = SimPeer(sim, "old-agent", b"id-old")
+    sim.peers[old.identity] = old
+    hb = p.Message("hb", {"slots": 1, "tools": ["echo"]}, frm="old-agent", to="queen", ts=1.0,
+                   v="1.1")
+    sim.deliver(old.identity, p.encode_for(hb, JSON))
+    (note,) = old.take("note")
+    assert note.b == {"text": "hi"} and note.frm == "client"

@@ -118,7 +118,7 @@ def test_a_pending_question_survives_kill_9_of_the_queen(procs: Procs, tmp_path:
 @pytest.mark.slow
 def test_the_lease_holds_while_waiting_three_assign_timeouts(colony: Colony) -> None:
     queen = colony.start_queen(assign_timeout=0.6)
-    colony.forager({"greet": _asker, "impatient": _impatient}, name="f")
+    colony.forager({"greet": _asker, "impatient": _impatient, "big": _big_question}, name="f")
     c = colony.client()
     fut = c.submit("greet", 1)
     _next_update(fut, "input-required")
@@ -139,10 +139,19 @@ def test_the_lease_holds_while_waiting_three_assign_timeouts(colony: Colony) -> 
     with pytest.raises(MeshantError) as info:
         c.answer(fut2.task_id, "too late")
     assert info.value.code == "unknown-task"
+    # A question the queen refuses raises in the handler at once, with the queen's words.
+    assert c.run("big", None, result_timeout=10).startswith("too-large: a question's")
 
 
 def _fail(x: Any) -> None:
     raise ValueError("always")
+
+
+def _big_question(x: Any, ctx: Any) -> str:
+    try:
+        return str(ctx.ask("x" * 100_000, timeout=30))
+    except MeshantError as e:
+        return f"{e.code}: {e.message}"
 
 
 def _impatient(x: Any, ctx: Any) -> str:

@@ -25,6 +25,7 @@ from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.actors.workers import Workers
+from meshant.errors import from_error_body
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
@@ -426,6 +427,9 @@ class Forager(Peer):
         self._stopping.set()
 
     def _on_remote_error(self, msg: p.Message) -> None:
+        if msg.ref and any(ctx.refused(msg.ref, from_error_body(msg.b))
+                           for ctx in list(self.running.values())):
+            return  # a refused question: its ctx.ask raises the error
         assign = msg.b.get("assign")
         if msg.b.get("code") == Code.UNKNOWN_TASK and isinstance(assign, str):
             ctx = self.running.get(assign)

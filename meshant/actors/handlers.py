@@ -119,6 +119,11 @@ class TaskContext:
         if self._asks is not None:
             self._asks.answer(request, value)
 
+    def refused(self, msg_id: str, err: BaseException) -> bool:
+        """The queen refused one of this task's questions (by its message id): its
+        ``ask`` raises ``err``. False if no question of this task was that message."""
+        return self._asks is not None and self._asks.fail(msg_id, err)
+
     def pending_asks(self) -> list[p.Message]:
         """The questions still waiting, to ask again after a reconnect."""
         return self._asks.pending() if self._asks is not None else []
@@ -182,6 +187,16 @@ class Asks:
         """Stop waiting for ``request``; False if it was answered meanwhile."""
         with self._lock:
             return self._waiting.pop(request, None) is not None
+
+    def fail(self, msg_id: str, err: BaseException) -> bool:
+        with self._lock:
+            request = next((r for r, (m, _) in self._waiting.items() if m.id == msg_id), None)
+            got = self._waiting.pop(request, None) if request is not None else None
+        if got is None:
+            return False
+        if not got[1].done():
+            got[1].set_exception(err)
+        return True
 
     def cancel_all(self, task_id: str) -> None:
         with self._lock:

@@ -13,7 +13,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from meshant import protocol as p
-from meshant.core.conversation import CursorExpired, Question, Questions, UpdateLogs
+from meshant.core.conversation import (
+    MAX_QUESTIONS,
+    CursorExpired,
+    Question,
+    Questions,
+    UpdateLogs,
+    size_of,
+)
 from meshant.core.inbox import Inboxes, Kept
 from meshant.core.queen_state import UNKNOWN_TASK, QueenState, Remember
 from meshant.core.registry import Node
@@ -116,6 +123,16 @@ class ConverseHandlers(QueenState):
                 # Asked again (the forager reconnected, or the queen restarted): the
                 # answer it may have missed goes again; its handler takes the first.
                 self._later.append((node, self._answer_msg(task, q, att.id)))
+            return
+        if len(self.questions.pending(task.id)) >= MAX_QUESTIONS:
+            self._error_to(identity, codec, Code.QUEUE_FULL, f"task {task.id} already waits "
+                           f"on {MAX_QUESTIONS} questions: answer or withdraw some", msg.id)
+            return
+        size = size_of(b.get("prompt")) + size_of(b.get("data"))
+        if size > self.config.mem_max_value:
+            self._error_to(identity, codec, Code.TOO_LARGE, f"a question's prompt and data are "
+                           f"{size:,} bytes, over {self.config.mem_max_value:,} "
+                           "(--mem-max-value): send large data as the task's result", msg.id)
             return
         att.lease = now + sched.assign_timeout
         q = Question(task=task.id, request=request, attempt=att.id, prompt=b.get("prompt"),

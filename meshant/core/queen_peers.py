@@ -144,4 +144,5 @@ class PeerHandlers(QueenState):
         new.timeout = max(self.registry.timeout, LEGACY_HB_INTERVAL * self.registry.hb_misses)
         self.registry.add(new, now)
         self.scheduler.forager_joined(new)
+        self._inbox_hello(new, now)  # a 1.1 agent's durable inbox too (queen_converse)
 
