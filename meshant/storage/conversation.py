@@ -144,12 +144,11 @@ class ConversationStore:
         return [(r[0], r[1], unpack(r[2])) for r in rows]
 
     def last_seqs(self, task_ids: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in task_ids:
-            r = self._all("SELECT MAX(seq) FROM task_updates WHERE task_id=?", (t,))
-            if r and r[0][0] is not None:
-                out[t] = int(r[0][0])
-        return out
+        """The newest update's sequence number of each of ``task_ids`` that has one (one
+        query, whatever their number: a queen taking over asks it for all it restores)."""
+        wanted = set(task_ids)
+        rows = self._all("SELECT task_id, MAX(seq) FROM task_updates GROUP BY task_id")
+        return {r[0]: int(r[1]) for r in rows if r[0] in wanted and r[1] is not None}
 
     def kept(self, name: str | None = None) -> list[dict[str, Any]]:
         """Inbox messages, oldest first (for one name, or all)."""
