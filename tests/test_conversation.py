@@ -253,7 +253,7 @@ def test_rights_per_operation_with_keys() -> None:
     sim = SimColony()
     sim.core.authorized = _Grants()
     f = _join(sim, "forager", "f", b"fk", slots=1, tools=["echo"])
-    user = _join(sim, "client", "user", b"uk")
+    user = _join(sim, "client", "user", b"uk", features=["mem.sync"])
     other = _join(sim, "client", "other", b"ok")
     admin = _join(sim, "client", "root", b"admin")
     for kind in ("ctl.drain", "ctl.halt"):
