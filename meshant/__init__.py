@@ -6,6 +6,7 @@ from meshant.actors.client import Client
 from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.actors.forager import Forager
 from meshant.actors.futures import TaskFuture, Update
+from meshant.actors.graphs import Graph, GraphHandle, GraphUpdate
 from meshant.actors.handlers import TaskContext
 from meshant.actors.queen import Queen
 from meshant.conformance import check_forager, check_queen
@@ -13,6 +14,7 @@ from meshant.core.queen import QueenConfig
 from meshant.errors import (
     ConfigError,
     DeadlineExceeded,
+    GraphFailed,
     MeshantError,
     NoForager,
     QueenUnreachable,
@@ -34,6 +36,10 @@ __all__ = [
     "DeadlineExceeded",
     "Forager",
     "ForagerConfig",
+    "Graph",
+    "GraphFailed",
+    "GraphHandle",
+    "GraphUpdate",
     "MeshantError",
     "Message",
     "NoForager",

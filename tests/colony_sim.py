@@ -8,7 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, RecordMemory, Send
+from meshant.core.queen import (
+    GraphRecord,
+    Publish,
+    QueenConfig,
+    QueenCore,
+    Record,
+    RecordMemory,
+    Send,
+)
+from meshant.storage import graphs as graph_store
 from meshant.storage.journal import Journal
 
 
@@ -115,6 +124,8 @@ class SimColony:
                 self.records += 1
                 if self.journal is not None:
                     self.journal.record_memory(a.changes)
+            elif isinstance(a, GraphRecord) and self.journal is not None:
+                self.journal.write(graph_store.batch(a.graphs, a.nodes, 1e9))
 
     # -- conveniences for forager and client scripts ----------------------------------
 

@@ -26,6 +26,7 @@ from meshant import protocol as p
 from meshant.actors._peer import Peer
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
+from meshant.actors.graphs import GraphClient
 from meshant.errors import (
     MeshantError,
     QueenUnreachable,
@@ -38,7 +39,7 @@ from meshant.protocol.codes import Code
 log = logging.getLogger("meshant.client")
 
 
-class Client(Peer):
+class Client(Peer, GraphClient):
     """Connects to a queen and submits tasks.
 
     Settings come as a :class:`~meshant.ClientConfig` (``config=``) or as keyword
@@ -111,6 +112,7 @@ class Client(Peer):
             "msg": self._on_inbox,
             "note": self._on_inbox,
         })
+        self._graph_init()  # task graphs: actors/graphs.py
         if threaded:
             self._start_io(timeout)
         else:
@@ -202,6 +204,7 @@ class Client(Peer):
             for fut in list(self._tasks.values()):
                 if fut._frames is not None:
                     self._outbox.append(fut._frames)
+            self._outbox.extend(self._graph_frames())
             self._outbox.extend(kept)
         resend, self._resend = self._resend, []
         for msg in resend:
@@ -282,6 +285,7 @@ class Client(Peer):
             self._fail_task(fut, err)
         for rf in list(self._requests.values()):
             fail(rf, err)
+        self._graphs_failed(err)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -448,6 +452,8 @@ class Client(Peer):
         b = msg.b
         fut = self._tasks.get(b.get("task", ""))
         seq = b.get("seq", 0)
+        if fut is None and self._graphs:
+            self._graph_task(b, "task.progress")
         if fut is None or seq <= fut.last_seq:
             return
         fut.last_seq = seq
@@ -479,6 +485,8 @@ class Client(Peer):
     def _result(self, b: dict[str, Any]) -> None:
         fut = self._tasks.get(b.get("task", ""))
         seq = b.get("seq", 0)
+        if fut is None and self._graphs:
+            self._graph_task(b, "task.result")
         if fut is None or seq <= fut.last_seq:
             return  # exactly once: a repeat of something already seen is dropped
         fut.last_seq = seq
@@ -538,6 +546,8 @@ class Client(Peer):
         rf = self._requests.get(ref)
         if rf is not None and not rf.done():
             fail(rf, from_error_body(msg.b))
+            return
+        if self._graphs and self._graph_error(ref, from_error_body(msg.b)):
             return
         super()._on_remote_error(msg)
 

@@ -21,6 +21,7 @@ from meshant.cli import (
     discover,
     dlq,
     forager,
+    graph,
     journal,
     keys,
     queen,
@@ -47,8 +48,8 @@ def main(verbose: int) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _module in (queen, forager, tasks, control, dlq, journal, keys, discover, demo, bench,
-                conformance):
+for _module in (queen, forager, tasks, graph, control, dlq, journal, keys, discover, demo,
+                bench, conformance):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

@@ -44,6 +44,11 @@ class Code(StrEnum):
     UNSUPPORTED = "unsupported"
     BAD_TOPIC = "bad-topic"
     NOT_LEADER = "not-leader"  # a standby queen: ``leader`` names the leader's endpoint
+    # Task graphs: a graph refused whole (a cycle, a missing or duplicate name...), one
+    # over --max-graph-nodes, a graph id the queen does not know.
+    BAD_GRAPH = "bad-graph"
+    GRAPH_TOO_LARGE = "graph-too-large"
+    UNKNOWN_GRAPH = "unknown-graph"
 
     # A task's final error (``code``), stable for scripts. TOO_LARGE above also ends one.
     HANDLER_ERROR = "handler-error"
@@ -52,6 +57,8 @@ class Code(StrEnum):
     DEADLINE_EXCEEDED = "deadline-exceeded"
     NO_FORAGER = "no-forager"
     CANCELLED = "cancelled"
+    UPSTREAM_FAILED = "upstream-failed"  # a graph node a failed node's failure cancelled
+    GRAPH_FAILED = "graph-failed"  # a graph's end, raised in the client (GraphFailed)
     # Why its last attempt failed (the error's ``cause``: the dead-letter classification),
     # besides HANDLER_ERROR, REJECTED, DEADLINE_EXCEEDED, NO_FORAGER and TOO_LARGE.
     ASSIGN_TIMEOUT = "assign-timeout"

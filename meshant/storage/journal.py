@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from meshant.storage import graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     EVENT,
@@ -156,6 +157,9 @@ class Journal(JournalReader):
                 self._check()
             else:
                 self._create()
+            if not readonly:
+                for stmt in graphs.TABLES:  # task graphs' tables: additive, idempotent
+                    self.db.execute(stmt)
         except sqlite3.DatabaseError as e:
             self._unlock()
             raise JournalError(f"{self.path} is not a usable meshant journal ({e}); it was "
@@ -347,6 +351,8 @@ class Journal(JournalReader):
                 db.executemany(MEM_SET, batch.mem_set)
             if batch.mem_del:
                 db.executemany(MEM_DEL, batch.mem_del)
+            for sql, rows in batch.extra:
+                db.executemany(sql, rows)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -384,6 +390,14 @@ class Journal(JournalReader):
                 db.execute("ROLLBACK")
                 raise
             gone += len(ids)
+        db.execute("BEGIN IMMEDIATE")  # ended task graphs go by the same rule
+        try:
+            for stmt in graphs.PRUNE:
+                db.execute(stmt, (before, keep))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return gone
 
     def close(self) -> None:

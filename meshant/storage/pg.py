@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from meshant.storage import graphs
 from meshant.storage.idfilter import IdFilter
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
@@ -223,6 +224,11 @@ class PgJournal(JournalReader):
             with db.transaction():  # (a journal made by an older meshant gets it too)
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 db.execute(_FENCE)
+        if not self.readonly:
+            with db.transaction():  # task graphs' tables: additive, idempotent
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                for stmt in graphs.TABLES:
+                    db.execute(translate(stmt))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:
             raise JournalError(f"{self.path} has a schema {SCHEMA!r} that is not a meshant "
@@ -312,7 +318,7 @@ class PgJournal(JournalReader):
                     cur.execute("SELECT fence(%s)", (self.term,))
                 for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
                                   (EVENT, batch.events), (MEM_SET, batch.mem_set),
-                                  (MEM_DEL, batch.mem_del)):
+                                  (MEM_DEL, batch.mem_del), *batch.extra):
                     if rows:
                         cur.executemany(self._q(sql), rows)
         except self._psycopg.Error as e:
@@ -341,6 +347,9 @@ class PgJournal(JournalReader):
                 cur = db.execute("DELETE FROM tasks WHERE id = ANY(%s) AND final IS NOT NULL "
                                  "AND dead = 0", (ids,))
                 gone += int(cur.rowcount or 0)
+        with db.transaction():  # ended task graphs go by the same rule
+            for stmt in graphs.PRUNE:
+                db.execute(self._q(stmt), (before, keep))
         self.pruned += gone
         return gone
 

@@ -77,9 +77,13 @@ class Batch:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     mem_set: list[tuple[Any, ...]] = field(default_factory=list)
     mem_del: list[tuple[Any, ...]] = field(default_factory=list)
+    # More statements for the same transaction, (SQL with ? placeholders, rows), in
+    # order: the task graphs' rows (meshant.storage.graphs).
+    extra: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.updates or self.mem_set or self.mem_del)
+        return bool(self.inserts or self.updates or self.mem_set or self.mem_del
+                    or self.extra)
 
 
 class TaskLog:
