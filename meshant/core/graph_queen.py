@@ -86,8 +86,10 @@ class GraphHandlers(QueenState):
 
     def _graph_of(self, identity: bytes, node: Node | None, msg: p.Message,
                   codec: str) -> Graph | None:
+        # Any client may cancel a graph by id (``meshant graph cancel`` is a process of
+        # its own), as any client may drain or halt a forager.
         g = self.graphs.graphs.get(msg.b["graph"])
-        if g is None or node is None or g.client_name != node.name:
+        if g is None or node is None or node.role != "client":
             self._error_to(identity, codec, Code.UNKNOWN_GRAPH,
                            f"no running graph {msg.b['graph']!r}", msg.id)
             return None
