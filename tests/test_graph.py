@@ -117,3 +117,29 @@ def test_failure_and_cancel(colony: Colony) -> None:
     assert h2.state == "cancelled"
     assert c.graph_status(h2.id)["state"] == "cancelled"
     release.set()
+
+
+def test_progress_updates_and_async_client(colony: Colony) -> None:
+    import asyncio
+
+    from meshant import AsyncClient
+
+    colony.start_queen()
+
+    def work(payload: Any, ctx: TaskContext) -> Any:
+        ctx.progress(0.5, "half")
+        return payload
+
+    colony.forager({"work": work})
+    c = colony.client()
+    h = c.submit_graph({"a": {"capability": "work", "payload": 1},
+                        "b": {"capability": "work", "payload": {"$result": "a"}}})
+    assert h.result(20) == {"a": 1, "b": 1}
+    ups = [(u.kind, u.node, u.note) for u in h.updates(5)]
+    assert ("progress", "a", "half") in ups and ("finished", "b", None) in ups
+
+    async def main() -> dict[str, Any]:
+        async with AsyncClient(colony.endpoint, context=colony.ctx) as ac:
+            return await ac.submit_graph({"x": {"capability": "work", "payload": 7}})
+
+    assert asyncio.run(main()) == {"x": 7}

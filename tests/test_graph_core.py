@@ -225,3 +225,20 @@ def test_long_chain_failing_first_cancels_the_rest() -> None:
     fg.send("task.result", {"status": "error", "error": {"message": "x"}}, ref=a["id"])
     end = cl.one("graph.result").b
     assert end["counts"] == {"failed": 1, "cancelled": 9_999} and end["failed"] == "c0"
+
+
+def test_journal_prunes_ended_graphs(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.db")
+    col = SimColony(journal=j)
+    fg = col.forager("f", slots=2)
+    cl = col.client()
+    for gid in ("old", "new"):
+        cl.send("graph.submit", {"nodes": [n("a")]}, id=gid)
+        run_all(col, fg)
+    cl.send("graph.submit", {"nodes": [n("a")]}, id="live")
+    assert j.find_graph("old") is not None
+    j.prune(before=0.0, keep=1)  # keeps the newest ended graph, and the running one
+    assert j.find_graph("old") is None
+    assert j.find_graph("new") is not None and j.find_graph("live") is not None
+    assert [g["id"] for g in j.unfinished_graphs()] == ["live"]
+    j.close()
