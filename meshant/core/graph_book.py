@@ -35,6 +35,7 @@ class GNode:
     spec: NodeSpec
     seq: int
     parent: str | None = None
+    journaled: bool = False  # its row (with its spec) is in the journal
     state: str = PENDING
     waiting: int = 0  # nodes it still waits for
     result: Any = None
@@ -105,9 +106,11 @@ class GraphBook:
     # -- journal ----------------------------------------------------------------------------
 
     def _touch(self, g: Graph, n: GNode | None = None) -> None:
+        """Journal ``n``'s change (or, without a node, the graph's own: created, ended)."""
         if self.track_changes:
-            self.changed[g.id] = g
-            if n is not None:
+            if n is None:
+                self.changed[g.id] = g
+            else:
                 self.changed_nodes.append((g, n))
 
     def take_changes(self) -> tuple[list[Graph], list[tuple[Graph, GNode]]]:
@@ -258,6 +261,7 @@ class GraphBook:
         else:
             if state == FAILED and g.failed is None:
                 g.failed = n.name
+                self._touch(g)
             # Exactly what depends on it, directly or not (iteratively: a chain of 10,000
             # is no recursion): the rest goes on.
             upstream = self._upstream(g, n.name)
@@ -307,6 +311,7 @@ class GraphBook:
         """Cancel the graph: its pending nodes at once, its running nodes' tasks."""
         self._now = now
         g.cancelled = True
+        self._touch(g)
         err = {"code": Code.CANCELLED, "cause": Code.CANCELLED,
                "message": "the graph was cancelled"}
         for n in list(g.nodes.values()):
@@ -400,8 +405,8 @@ class GraphBook:
                                 tuple(d.get("after") or ()), tuple(d.get("after_spawned") or ()),
                                 {k: d[k] for k in ("priority", "timeout", "labels", "to",
                                                    "max_attempts", "wait") if k in d})
-                n = GNode(spec, nr["seq"], nr.get("parent"), nr["state"], 0, nr.get("result"),
-                          nr.get("error"))
+                n = GNode(spec, nr["seq"], nr.get("parent"), journaled=True,
+                          state=nr["state"], result=nr.get("result"), error=nr.get("error"))
                 g.nodes[spec.name] = n
                 if n.parent is not None and n.parent in g.nodes:
                     g.nodes[n.parent].children.append(spec.name)
