@@ -368,6 +368,9 @@ class GraphBook:
                                      "spawns: a cycle")
                 spec = batch[x] if x in batch else g.nodes[x].spec
                 todo.extend((*spec.after, *spec.after_spawned))
+                for sp in spec.after_spawned:
+                    if sp in g.nodes:
+                        todo.extend(self._subtree(g, sp))  # what it waits for too
 
     def status(self, gid: str) -> dict[str, Any] | None:
         g = self.graphs.get(gid)
