@@ -11,6 +11,7 @@ import pytest
 
 from meshant.core.graph import GraphError, check_graph, find_cycle, normalize, substitute
 from meshant.protocol.codes import Code
+from meshant.storage import open_journal
 from meshant.storage.journal import Journal
 from tests.colony_sim import SimColony, SimPeer
 
@@ -183,52 +184,66 @@ def test_spawn_deadlock_refused() -> None:
     assert "cycle" not in str(fg.take())
 
 
-def test_restart_carries_graph_on(tmp_path: Path) -> None:
-    path = tmp_path / "j.db"
-    j = Journal(path)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An SQLite file or a PostgreSQL database (tests/pg_server.py) to journal to."""
+    if request.param == "sqlite":
+        return str(tmp_path / "j.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_restart_carries_graph_on(journal_spec: str) -> None:
+    j = open_journal(journal_spec)
     col = SimColony(journal=j)
     fg = col.forager("f", slots=2)
     cl = col.client()
     cl.send("graph.submit", {"nodes": [n("a", payload=1), n("b", payload={"$result": "a"}),
-                                       n("c", payload={"$result": "b"})]}, id="g6")
-    (a,) = col.assigns(fg)
+                                       n("c", payload={"$result": "b"}),
+                                       n("gone", max_attempts=1),
+                                       n("never", after=["gone"])]}, id="g6")
+    got = col.assigns(fg)
+    a = next(x for x in got if x["task"].endswith("/a"))
     fg.send("task.result", {"result": 10}, ref=a["id"])
+    for x in got:
+        if x["task"].endswith("/gone"):
+            fg.send("task.result", {"status": "error", "error": {"message": "x"}}, ref=x["id"])
     (b,) = col.assigns(fg)
     assert b["payload"] == 10
     j.close()
     # Restarted on the journal: b is held for its forager, a's result stays known.
-    j2 = Journal(path)
+    j2 = open_journal(journal_spec)
     col2 = SimColony(journal=j2)
     fg2 = col2.forager("f", slots=2, running=[b["id"]])
     cl2 = col2.client()
     cl2.send("graph.submit", {"nodes": []}, id="g6")  # the client re-sends its graph
     assert cl2.one("graph.submitted").b["graph"] == "g6"
-    assert {m.b["node"] for m in cl2.take("graph.node")} == {"a"}
+    assert {m.b["node"] for m in cl2.take("graph.node")} == {"a", "gone", "never"}
     fg2.send("task.result", {"result": 20}, ref=b["id"])
     ran = run_all(col2, fg2)
     assert ran == ["tg:g6/c"]
     assert col2.results(cl2)["tg:g6/c"]["result"] == 20
-    assert cl2.one("graph.result").b["state"] == "completed"
+    end = cl2.one("graph.result").b
+    assert end["state"] == "failed" and end["failed"] == "gone"
     st = j2.find_graph("g6")
-    assert st is not None and st["counts"] == {"completed": 3}
+    assert st is not None and st["counts"] == {"completed": 3, "failed": 1, "cancelled": 1}
     j2.close()
 
 
 def test_long_chain_failing_first_cancels_the_rest() -> None:
-    col = SimColony(max_graph_nodes=20_000)
+    col = SimColony()
     fg = col.forager("f", slots=1)
     cl = col.client()
     nodes = [n("c0", max_attempts=1)] + [n(f"c{i}", after=[f"c{i - 1}"])
-                                         for i in range(1, 10_000)]
+                                         for i in range(1, 5_000)]
     cl.send("graph.submit", {"nodes": nodes}, id="g7")
     (a,) = col.assigns(fg)
     fg.send("task.result", {"status": "error", "error": {"message": "x"}}, ref=a["id"])
     end = cl.one("graph.result").b
-    assert end["counts"] == {"failed": 1, "cancelled": 9_999} and end["failed"] == "c0"
+    assert end["counts"] == {"failed": 1, "cancelled": 4_999} and end["failed"] == "c0"
 
 
-def test_journal_prunes_ended_graphs(tmp_path: Path) -> None:
-    j = Journal(tmp_path / "j.db")
+def test_journal_prunes_ended_graphs(journal_spec: str) -> None:
+    j = open_journal(journal_spec)
     col = SimColony(journal=j)
     fg = col.forager("f", slots=2)
     cl = col.client()
