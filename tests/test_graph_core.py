@@ -12,7 +12,6 @@ import pytest
 from meshant.core.graph import GraphError, check_graph, find_cycle, normalize, substitute
 from meshant.protocol.codes import Code
 from meshant.storage import open_journal
-from meshant.storage.journal import Journal
 from tests.colony_sim import SimColony, SimPeer
 
 
