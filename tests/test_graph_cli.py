@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from meshant import Client, MeshantError
+from meshant.storage import open_journal
 
 from .conftest import Procs, wait_for
 from .test_cli import meshant
+from .test_failover import Pair
 from .test_journal import Restartable
 
 pytestmark = pytest.mark.slow  # every test here starts subprocesses
@@ -178,27 +180,63 @@ def test_forager_killed_mid_node(procs: Procs, tmp_path: Path) -> None:
         assert c.task_status(tid)["attempt"] == 2  # reissued once
 
 
-def test_queen_killed_mid_graph_carries_on(procs: Procs, tmp_path: Path) -> None:
-    q = Restartable(procs, tmp_path)
-    for i in range(2):
-        procs.start("forager", "--queen", q.router, "--app", "graphapp:forager", "--json",
-                    "--slots", "4", "--name", f"gf{i}", env=app_env(tmp_path))
-    n = 40
+def _plan(n: int) -> dict[str, Any]:
+    """A chain of ``n`` short sleeps, a node on each using its result, one gathering."""
     nodes = {f"c{i}": {"capability": "slow", "payload": 0.05,
                        **({"after": [f"c{i - 1}"]} if i else {})} for i in range(n)}
     nodes.update({f"f{i}": {"capability": "add", "payload": [{"$result": f"c{i}"}, i]}
                   for i in range(n)})
     nodes["sum"] = {"capability": "add", "payload": {"$results": [f"f{i}" for i in range(n)]}}
+    return nodes
+
+
+def _once_each(journal: str, n: int) -> None:
+    """Every node's task in the journal completed, once."""
+    j = open_journal(journal, readonly=True)
+    try:
+        rows = [t for t in j.tasks(limit=10_000) if t["id"].startswith("tg:")]
+        assert len(rows) == n
+        for t in rows:
+            states = [e["state"] for e in j.task(t["id"])["events"]]  # type: ignore[index]
+            assert states.count("completed") == 1 and states[-1] == "completed", states
+        (g,) = {t["id"][3:].rpartition("/")[0] for t in rows}
+        assert j.find_graph(g)["counts"] == {"completed": n}  # type: ignore[index]
+    finally:
+        j.close()
+
+
+def test_queen_killed_mid_graph_carries_on(procs: Procs, tmp_path: Path) -> None:
+    # On SQLite; on PostgreSQL, test_standby_takes_over_mid_graph restores from it.
+    q = Restartable(procs, tmp_path)
+    for i in range(2):
+        procs.start("forager", "--queen", q.router, "--app", "graphapp:forager", "--json",
+                    "--slots", "4", "--name", f"gf{i}", env=app_env(tmp_path))
+    n = 30
     with Client(q.router, queen_wait=60) as c:
-        h = c.submit_graph(nodes)
+        h = c.submit_graph(_plan(n))
         wait_for(lambda: sum(f.done() for f in h.nodes.values()) >= 10, 30,
                  what="graph under way")
         q.kill_and_restart()
         out = h.result(90)
     assert len(out) == 2 * n + 1 and out["sum"] == sum(0.05 + i for i in range(n))
-    r = meshant("tasks", "--journal", q.journal, "--limit", "1000", "--json")
-    rows = [x for x in lines(r.stdout) if x["id"].startswith("tg:")]
-    assert len(rows) == 2 * n + 1 and all(x["state"] == "completed" for x in rows)
-    for row in rows[:5]:
-        t = json.loads(meshant("task", row["id"], "--journal", q.journal, "--json").stdout)
-        assert [e["state"] for e in t["events"]].count("completed") == 1
+    _once_each(q.journal, 2 * n + 1)
+
+
+def test_standby_takes_over_mid_graph(procs: Procs, tmp_path: Path, pg_url: str) -> None:
+    pair = Pair(procs, tmp_path, pg_url)
+    a = pair.start("qa")
+    wait_for(lambda: pair.leads("qa"), what="qa to lead")
+    pair.start("qb")
+    procs.start("forager", "--queen", pair.both, "--app", "graphapp:forager", "--json",
+                "--slots", "8", "--name", "gf0", env=app_env(tmp_path))
+    n = 30
+    with Client(pair.both, queen_wait=60) as c:
+        h = c.submit_graph(_plan(n))
+        wait_for(lambda: sum(f.done() for f in h.nodes.values()) >= 10, 30,
+                 what="graph under way")
+        a.send_signal(signal.SIGKILL)
+        a.wait(10)
+        out = h.result(90)
+        assert c.status()["role"] == "leader"  # qb's answer: the client follows the leader
+    assert len(out) == 2 * n + 1 and out["sum"] == sum(0.05 + i for i in range(n))
+    _once_each(pg_url, 2 * n + 1)
