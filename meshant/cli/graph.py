@@ -61,7 +61,9 @@ def _node_line(gid: str, u: GraphUpdate, handle: Any) -> dict[str, Any]:
 @click.argument("source", metavar="FILE|-")
 @click.option("--wait", "wait_", is_flag=True,
               help="Wait for the graph to end; exit 1 if it failed.")
-@click.option("--timeout", type=float, help="With --wait: give up after this many seconds.")
+@click.option("--timeout", type=float,
+              help="With --wait: give up when no node has finished for this many seconds "
+                   "(the graph goes on).")
 @JSON_OPT
 def graph_submit(conn: Connection, source: str, wait_: bool, timeout: float | None,
                  as_json: bool) -> None:
@@ -96,9 +98,9 @@ def graph_submit(conn: Connection, source: str, wait_: bool, timeout: float | No
                 else:
                     click.echo(f"{u.node}: {json.dumps(jsonable(u.result))}")
         except TimeoutError:
-            raise click.ClickException(f"graph {handle.id} did not end within {timeout:g} s "
-                                       f"(it goes on: meshant graph status {handle.id})"
-                                       ) from None
+            raise click.ClickException(f"no node of graph {handle.id} finished for "
+                                       f"{timeout:g} s; it goes on (meshant graph status "
+                                       f"{handle.id})") from None
         state = handle.state or "failed"
         try:
             handle.result(5.0)
