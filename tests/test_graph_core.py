@@ -256,3 +256,18 @@ def test_journal_prunes_ended_graphs(journal_spec: str) -> None:
     assert j.find_graph("new") is not None and j.find_graph("live") is not None
     assert [g["id"] for g in j.unfinished_graphs()] == ["live"]
     j.close()
+
+
+def test_payload_grown_past_the_limit_fails_its_node() -> None:
+    col = SimColony(max_message=64 * 1024)
+    fg = col.forager("f", slots=2)
+    cl = col.client()
+    cl.send("graph.submit", {"nodes": [n("a"), n("b", payload=[{"$result": "a"}] * 3),
+                                       n("c", after=["b"])]}, id="g8")
+    (a,) = col.assigns(fg)
+    fg.send("task.result", {"result": "x" * 30_000}, ref=a["id"])
+    assert col.assigns(fg) == []
+    err = {m.b["node"]: m.b["error"] for m in cl.take("graph.node")}
+    assert err["b"]["code"] == Code.TOO_LARGE and "--max-message" in err["b"]["message"]
+    assert err["c"]["code"] == Code.UPSTREAM_FAILED
+    assert cl.one("graph.result").b["failed"] == "b"

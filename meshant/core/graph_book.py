@@ -89,9 +89,11 @@ class Graph:
 class GraphBook:
     """The running graphs. ``scheduler.on_graph_final`` must be this book's ``on_final``."""
 
-    def __init__(self, scheduler: Scheduler, max_nodes: int) -> None:
+    def __init__(self, scheduler: Scheduler, max_nodes: int,
+                 max_payload: int = 64 * 1024 * 1024) -> None:
         self.scheduler = scheduler
         self.max_nodes = max_nodes
+        self.max_payload = max_payload  # the largest frame a forager accepts
         self.graphs: dict[str, Graph] = {}
         self.done: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.outbox: list[tuple[bytes, p.Message]] = []
@@ -209,8 +211,19 @@ class GraphBook:
                 self.on_final(known)
             return
         nodes = g.nodes
-        payload = substitute(n.spec.payload, lambda x: nodes[x].result,
-                             lambda x: [nodes[c].result for c in nodes[x].children])
+        payload = n.spec.payload
+        if n.spec.after or n.spec.after_spawned:
+            payload = substitute(payload, lambda x: nodes[x].result,
+                                 lambda x: [nodes[c].result for c in nodes[x].children])
+            size = self._size(payload)
+            if size > self.max_payload:
+                # Results grew the payload past what a forager takes: it could never run.
+                self._end(g, n, FAILED, {
+                    "code": Code.TOO_LARGE, "cause": Code.TOO_LARGE,
+                    "message": f"node {n.name!r}'s payload with its inputs' results is "
+                               f"{size:,} bytes, over the queen's limit of "
+                               f"{self.max_payload:,} (--max-message)"})
+                return
         o = n.spec.options
         task = Task(id=tid, capability=n.spec.capability, payload=payload, client=g.client,
                     client_name=g.client_name, priority=o.get("priority", 50),
@@ -228,6 +241,12 @@ class GraphBook:
         if g.updates:
             self.outbox.append((g.client, p.Message("graph.node", {
                 "graph": g.id, "node": n.name, "state": RUNNING, "task": tid})))
+
+    @staticmethod
+    def _size(payload: Any) -> int:
+        """The largest frame an assign with this payload takes (blobs travel apart)."""
+        return max(len(f) for f in p.binary.encode(p.Message("task.assign",
+                                                             {"payload": payload})))
 
     # -- nodes ending -------------------------------------------------------------------------
 

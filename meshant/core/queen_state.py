@@ -180,7 +180,7 @@ class QueenState:
         self._archived = archive is not None
         if self._archived:
             self.memory.restore(memory, now, now + wall_offset)
-        self.graphs = GraphBook(self.scheduler, c.max_graph_nodes)  # task graphs
+        self.graphs = GraphBook(self.scheduler, c.max_graph_nodes, c.max_message)  # graphs
         self.authorized = authorized
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
