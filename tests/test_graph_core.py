@@ -76,7 +76,7 @@ def run_all(col: SimColony, fg: SimPeer, fn: Any = None, limit: int = 10_000) ->
             return ran
         for a in got:
             ran.append(a["task"])
-            out = fn(a) if fn is not None else {"result": a["payload"]}
+            out = fn(a) if fn is not None else {"status": "ok", "result": a["payload"]}
             fg.send("task.result", out, ref=a["id"])
     raise AssertionError("did not settle")
 
@@ -112,7 +112,7 @@ def test_failure_cancels_exactly_its_dependants() -> None:
         n("down2", payload={"$result": "down1"}), n("side", after=["root"]),
         n("side2", after=["side"]), n("join", after=["side2", "down2"])]}, id="g2")
     ran = run_all(col, fg, lambda a: {"status": "error", "error": {"message": "no"}}
-                  if a["task"].endswith("/bad") else {"result": 1})
+                  if a["task"].endswith("/bad") else {"status": "ok", "result": 1})
     assert sorted(ran) == sorted(f"tg:g2/{x}" for x in ("root", "bad", "side", "side2"))
     nodes = {b["node"]: b for b in graph_msgs(cl, "graph.node")}
     assert set(nodes) == {"down1", "down2", "join"}
@@ -163,7 +163,7 @@ def test_spawn_fan_out_and_gather() -> None:
             # A re-run attempt spawning the same nodes again changes nothing.
             fg.send("graph.spawn", {"nodes": [n("c0", payload=0)]}, ref=a["id"])
             fg.one("graph.spawned")
-        return {"result": a["payload"]}
+        return {"status": "ok", "result": a["payload"]}
 
     run_all(col, fg, work)
     results = col.results(cl)
@@ -202,7 +202,7 @@ def test_restart_carries_graph_on(journal_spec: str) -> None:
                                        n("never", after=["gone"])]}, id="g6")
     got = col.assigns(fg)
     a = next(x for x in got if x["task"].endswith("/a"))
-    fg.send("task.result", {"result": 10}, ref=a["id"])
+    fg.send("task.result", {"status": "ok", "result": 10}, ref=a["id"])
     for x in got:
         if x["task"].endswith("/gone"):
             fg.send("task.result", {"status": "error", "error": {"message": "x"}}, ref=x["id"])
@@ -217,7 +217,7 @@ def test_restart_carries_graph_on(journal_spec: str) -> None:
     cl2.send("graph.submit", {"nodes": []}, id="g6")  # the client re-sends its graph
     assert cl2.one("graph.submitted").b["graph"] == "g6"
     assert {m.b["node"] for m in cl2.take("graph.node")} == {"a", "gone", "never"}
-    fg2.send("task.result", {"result": 20}, ref=b["id"])
+    fg2.send("task.result", {"status": "ok", "result": 20}, ref=b["id"])
     ran = run_all(col2, fg2)
     assert ran == ["tg:g6/c"]
     assert col2.results(cl2)["tg:g6/c"]["result"] == 20
@@ -265,7 +265,7 @@ def test_payload_grown_past_the_limit_fails_its_node() -> None:
     cl.send("graph.submit", {"nodes": [n("a"), n("b", payload=[{"$result": "a"}] * 3),
                                        n("c", after=["b"])]}, id="g8")
     (a,) = col.assigns(fg)
-    fg.send("task.result", {"result": "x" * 30_000}, ref=a["id"])
+    fg.send("task.result", {"status": "ok", "result": "x" * 30_000}, ref=a["id"])
     assert col.assigns(fg) == []
     err = {m.b["node"]: m.b["error"] for m in cl.take("graph.node")}
     assert err["b"]["code"] == Code.TOO_LARGE and "--max-message" in err["b"]["message"]
