@@ -7,6 +7,7 @@ from meshant.actors.client import Client
 from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.actors.forager import Forager
 from meshant.actors.futures import TaskFuture, Update
+from meshant.actors.graphs import Graph, GraphHandle, GraphUpdate
 from meshant.actors.handlers import TaskContext
 from meshant.actors.queen import Queen
 from meshant.conformance import check_forager, check_queen
@@ -16,6 +17,7 @@ from meshant.errors import (
     ConfigError,
     DeadlineExceeded,
     Forbidden,
+    GraphFailed,
     MeshantError,
     NoForager,
     QueenUnreachable,
@@ -40,6 +42,10 @@ __all__ = [
     "Forager",
     "ForagerConfig",
     "Forbidden",
+    "Graph",
+    "GraphFailed",
+    "GraphHandle",
+    "GraphUpdate",
     "MeshantError",
     "Message",
     "NoForager",

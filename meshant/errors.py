@@ -115,6 +115,19 @@ class Forbidden(MeshantError):
     names it): use an admin key, or act on your own tasks."""
 
     code = "forbidden"
+class GraphFailed(MeshantError):
+    """A task graph ended failed (``failed`` names the node) or cancelled. ``results``
+    holds what its completed nodes returned, ``errors`` the other nodes' errors."""
+
+    code = "graph-failed"
+
+    def __init__(self, message: str, *, code: str | None = None, failed: str | None = None,
+                 results: dict[str, Any] | None = None,
+                 errors: dict[str, MeshantError] | None = None, **detail: Any) -> None:
+        super().__init__(message, code=code, **detail)
+        self.failed = failed
+        self.results = results or {}
+        self.errors = errors or {}
 
 
 # Errors a failed result or an ``error`` message may carry, by code; any other code is

@@ -9,6 +9,7 @@ from typing import Any
 
 from meshant import protocol as p
 from meshant.core.queen import (
+    GraphRecord,
     Publish,
     QueenConfig,
     QueenCore,
@@ -18,6 +19,7 @@ from meshant.core.queen import (
     Send,
 )
 from meshant.storage import conversation
+from meshant.storage import graphs as graph_store
 from meshant.storage.journal import Journal
 
 
@@ -127,6 +129,8 @@ class SimColony:
             elif isinstance(a, Remember) and self.journal is not None:
                 self.journal.write(conversation.batch(a.questions, a.updates, a.kept, a.unkept,
                                                       a.to))
+            elif isinstance(a, GraphRecord) and self.journal is not None:
+                self.journal.write(graph_store.batch(a.graphs, a.nodes, 1e9))
 
     # -- conveniences for forager and client scripts ----------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from meshant.actors.attach import Attachment
 from meshant.actors.client import Client
+from meshant.actors.graphs import GraphHandle
 from meshant.errors import MeshantError
 from meshant.protocol.codes import Code
 
@@ -46,6 +47,16 @@ class AsyncClient:
     def submit_nowait(self, capability: str, payload: Any = None, **kw: Any) -> asyncio.Future[Any]:
         """Submit and return an asyncio future at once."""
         return asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+
+    async def submit_graph(self, graph: Any, *, updates: bool = False) -> dict[str, Any]:
+        """Submit a task graph and await its node results (GraphFailed if it fails)."""
+        handle = self._c().submit_graph(graph, updates=updates)
+        return await asyncio.wrap_future(handle.done)
+
+    def submit_graph_nowait(self, graph: Any, *, updates: bool = False) -> GraphHandle:
+        """Submit a task graph; its handle's ``done`` (and ``nodes[name]``) can be awaited
+        with ``asyncio.wrap_future``."""
+        return self._c().submit_graph(graph, updates=updates)
 
     async def status(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._c().status)

@@ -28,6 +28,7 @@ from meshant.actors._peer import Peer
 from meshant.actors.attach import Attachment, Conversations
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
+from meshant.actors.graphs import GraphClient
 from meshant.errors import (
     MeshantError,
     QueenUnreachable,
@@ -40,7 +41,7 @@ from meshant.protocol.codes import Code
 log = logging.getLogger("meshant.client")
 
 
-class Client(Conversations, Peer):
+class Client(Conversations, Peer, GraphClient):
     """Connects to a queen and submits tasks.
 
     Settings come as a :class:`~meshant.ClientConfig` (``config=``) or as keyword
@@ -123,6 +124,7 @@ class Client(Conversations, Peer):
         self._attached: dict[str, list[Attachment]] = {}
         # The queen's refusals of messages that wait for no answer (drain, halt, msg).
         self.refusals: deque[p.Message] = deque(maxlen=100)
+        self._graph_init()  # task graphs: actors/graphs.py
         if threaded:
             self._start_io(timeout)
         else:
@@ -214,6 +216,7 @@ class Client(Conversations, Peer):
             for fut in list(self._tasks.values()):
                 if fut._frames is not None:
                     self._outbox.append(fut._frames)
+            self._outbox.extend(self._graph_frames())
             self._outbox.extend(kept)
         resend, self._resend = self._resend, []
         for msg in resend:
@@ -294,6 +297,7 @@ class Client(Conversations, Peer):
             self._fail_task(fut, err)
         for rf in list(self._requests.values()):
             fail(rf, err)
+        self._graphs_failed(err)
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -470,6 +474,8 @@ class Client(Conversations, Peer):
         b = msg.b
         fut = self._tasks.get(b.get("task", ""))
         seq = b.get("seq", 0)
+        if fut is None and self._graphs:
+            self._graph_task(b, "task.progress")
         if fut is None or seq <= fut.last_seq:
             return
         fut.last_seq = seq
@@ -501,6 +507,8 @@ class Client(Conversations, Peer):
     def _result(self, b: dict[str, Any]) -> None:
         fut = self._tasks.get(b.get("task", ""))
         seq = b.get("seq", 0)
+        if fut is None and self._graphs:
+            self._graph_task(b, "task.result")
         if fut is None or seq <= fut.last_seq:
             return  # exactly once: a repeat of something already seen is dropped
         fut.last_seq = seq
@@ -560,6 +568,8 @@ class Client(Conversations, Peer):
         rf = self._requests.get(ref)
         if rf is not None and not rf.done():
             fail(rf, from_error_body(msg.b))
+            return
+        if self._graphs and self._graph_error(ref, from_error_body(msg.b)):
             return
         self.refusals.append(msg)  # e.g. a drain refused as forbidden: for the CLI to tell
         super()._on_remote_error(msg)

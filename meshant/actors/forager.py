@@ -14,8 +14,9 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, ParamSpec, TypeVar, cast
 
 import zmq
@@ -23,9 +24,10 @@ import zmq
 from meshant import protocol as p
 from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
+from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.actors.workers import Workers
-from meshant.errors import from_error_body
+from meshant.errors import MeshantError, from_error_body
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
@@ -94,7 +96,9 @@ class Forager(Peer):
             "ctl.halt": self._on_halt,
             "msg": self._on_peer_message,
             "note": self._on_peer_message,
+            "graph.spawned": self._on_reply,  # ctx.spawn's answer
         })
+        self._replies: OrderedDict[str, Future[Any]] = OrderedDict()
 
     # -- registering handlers -------------------------------------------------------------
 
@@ -426,10 +430,27 @@ class Forager(Peer):
     def _on_halt(self, msg: p.Message) -> None:
         self._stopping.set()
 
+    def await_reply(self, msg_id: str, fut: Future[Any]) -> None:
+        """Resolve ``fut`` with the queen's answer to message ``msg_id`` (``ctx.spawn``).
+        Bounded: the oldest unanswered are given up."""
+        self._replies[msg_id] = fut
+        while len(self._replies) > RESENT_MAX:
+            fail(self._replies.popitem(last=False)[1],
+                 MeshantError("no answer from the queen", code=Code.TIMEOUT))
+
+    def _on_reply(self, msg: p.Message) -> None:
+        fut = self._replies.pop(msg.ref or "", None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg.b.get("nodes", msg.b))
+
     def _on_remote_error(self, msg: p.Message) -> None:
         if msg.ref and any(ctx.refused(msg.ref, from_error_body(msg.b))
                            for ctx in list(self.running.values())):
             return  # a refused question: its ctx.ask raises the error
+        fut = self._replies.pop(msg.ref or "", None)
+        if fut is not None:
+            fail(fut, from_error_body(msg.b))
+            return
         assign = msg.b.get("assign")
         if msg.b.get("code") == Code.UNKNOWN_TASK and isinstance(assign, str):
             ctx = self.running.get(assign)

@@ -141,6 +141,38 @@ class TaskContext:
             body["note"] = str(note)
         self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
 
+    def spawn(self, name: str, capability: str, payload: Any = None, *,
+              after: list[str] | None = None, after_spawned: list[str] | None = None,
+              **options: Any) -> Future[list[str]]:
+        """Add a node to this task's graph (only a graph node may spawn): it runs once
+        what it waits for (``after``, ``$result`` references in its payload) completes,
+        and nodes declared ``after_spawned=[this node]`` wait for it too. ``options``:
+        priority, timeout, labels, to, max_attempts, wait. Returns a future of the names
+        the queen added; it fails with the queen's reason if it refused (a cycle, a
+        missing or duplicate name, the size limit). A re-run of this node may spawn the
+        same names again: they are the same nodes, not new ones."""
+        node: dict[str, Any] = {"name": name, "capability": capability, "payload": payload}
+        if after:
+            node["after"] = list(after)
+        if after_spawned:
+            node["after_spawned"] = list(after_spawned)
+        node.update({k: v for k, v in options.items() if v is not None})
+        return self.spawn_many([node])
+
+    def spawn_many(self, nodes: list[dict[str, Any]]) -> Future[list[str]]:
+        """Add several nodes at once (each a map as :meth:`spawn` builds it); they may
+        wait for each other. All are added, or none."""
+        msg = p.Message("graph.spawn", {"nodes": [{**n, "payload": p.wrap_blob(n.get("payload"))}
+                                                  for n in nodes]}, ref=self.ref, to="queen")
+        fut: Future[list[str]] = Future()
+        expect = getattr(self._forager, "await_reply", None)
+        if expect is not None:
+            expect(msg.id, fut)
+        else:
+            fut.set_result([str(n.get("name")) for n in nodes])
+        self._forager.send_message(msg)
+        return fut
+
     def partial(self, value: Any) -> None:
         """Stream a partial result to the submitter (delivered in order, exactly once).
         Nothing is sent once the task is cancelled, or without ``progress`` negotiated."""

@@ -25,6 +25,7 @@ from meshant.actors import _zmqio as _zio
 from meshant.actors._waker import Waker
 from meshant.core.memory import MemoryStore
 from meshant.core.queen import (
+    GraphRecord,
     Publish,
     QueenConfig,
     QueenCore,
@@ -40,6 +41,7 @@ from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import ConfigError, MeshantError
 from meshant.storage import JournalError, is_postgres, open_journal
 from meshant.storage.conversation import batch as conversation_batch
+from meshant.storage.graphs import batch as graph_batch
 from meshant.storage.leadership import Leadership
 
 log = logging.getLogger("meshant.queen")
@@ -485,13 +487,15 @@ class Queen:
                     self.core.counters["dropped_sends"] += 1
             elif cls is Publish:
                 pub.send_multipart([a.topic, *a.frames])
-            elif cls is Record or cls is RecordMemory or cls is Remember:
+            elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
                 try:
                     if cls is Record:
                         self.journal.record(a.tasks, self._wall_offset)
                     elif cls is Remember:  # conversations: meshant.storage.conversation
                         self.journal.write(conversation_batch(a.questions, a.updates, a.kept,
                                                               a.unkept, a.to))
+                    elif cls is GraphRecord:  # task graphs: storage/graphs.py
+                        self.journal.write(graph_batch(a.graphs, a.nodes, self._wall_offset))
                     else:
                         self.journal.record_memory(a.changes)
                 except JournalError as e:

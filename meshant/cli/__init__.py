@@ -22,6 +22,7 @@ from meshant.cli import (
     discover,
     dlq,
     forager,
+    graph,
     journal,
     keys,
     queen,
@@ -48,7 +49,7 @@ def main(verbose: int) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _module in (queen, forager, tasks, converse, control, dlq, journal, keys, discover, demo,
+for _module in (queen, forager, tasks, converse, graph, control, dlq, journal, keys, discover, demo,
                 bench, conformance):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)

@@ -37,6 +37,9 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--max-queued", "--max-queue", "max_queue", type=click.IntRange(1),
               default=100_000, show_default=True,
               help="Queued tasks allowed before submissions get 'queue full' at once.")
+@click.option("--max-graph-nodes", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Nodes a task graph may have, spawned ones included; a bigger graph is "
+                   "refused whole.")
 @click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
               help="Seconds a task waits for a forager offering its capability before failing.")
 @click.option("--pub-hwm", type=click.IntRange(1), default=None,
@@ -102,7 +105,8 @@ def _stop_on_signals(stop: Any) -> None:
               help="Seconds an open circuit waits before letting one trial through.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
-          hb_misses: int, max_queue: int, no_forager_wait: float, pub_hwm: int | None,
+          hb_misses: int, max_queue: int, max_graph_nodes: int, no_forager_wait: float,
+          pub_hwm: int | None,
           pub_buffer: int, max_broadcast: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
@@ -127,7 +131,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             retention_count=retention_count,
             retry_base=retry_base, retry_cap=retry_cap,
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
-            advertise=advertise, mdns_interfaces=tuple(mdns_interfaces) or None,
+            max_graph_nodes=max_graph_nodes, advertise=advertise,
+            mdns_interfaces=tuple(mdns_interfaces) or None,
             curve_secret=curve_secret, authorized=authorized)
         q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:

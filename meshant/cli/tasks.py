@@ -176,6 +176,9 @@ def status(conn: Connection, as_json: bool) -> None:
         f"capability {k}: {v}" for k, v in br.get("capabilities", {}).items()]
     if open_:
         click.echo("circuits: " + ", ".join(open_))
+    for g in st.get("graphs") or []:
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(g["counts"].items()))
+        click.echo(f"graph {g['graph']} {g['state']}: {g['nodes']} nodes ({counts})")
     if st.get("dead_letters"):
         click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.graph_queen import GraphHandlers
 from meshant.core.queen_converse import ConverseHandlers
 from meshant.core.queen_peers import PeerHandlers
 from meshant.core.queen_services import ServiceHandlers
@@ -31,6 +32,7 @@ from meshant.core.queen_state import (
     UNSUPPORTED,
     Action,
     Grants,
+    GraphRecord,
     Handler,
     Publish,
     QueenConfig,
@@ -46,7 +48,8 @@ from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC
 
 
-class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
+class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
+                GraphHandlers):
     """The queen's decisions, driven by method calls and a clock argument."""
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
@@ -81,6 +84,10 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
             "task.answer": self._on_answer,
             "task.attach": self._on_attach,
             "inbox": self._on_inbox,
+            "graph.submit": self._on_graph_submit,  # task graphs: core/graph_queen.py
+            "graph.status": self._on_graph_status,
+            "graph.cancel": self._on_graph_cancel,
+            "graph.spawn": self._on_graph_spawn,
         }
 
     def take(self) -> list[Action]:
@@ -113,10 +120,15 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
         sched = self.scheduler
         if sched.dirty:
             sched.dispatch(now)
+            if sched.dirty and self.graphs.graphs:
+                sched.dispatch(now)  # graph nodes that what dispatch ended unblocked
         if sched.changed:
             # Durable before anything about it leaves: one record per turn.
             self.out.append(Record(list(sched.changed.values())))
             sched.changed.clear()
+        graphs = self.graphs
+        if graphs.changed or graphs.changed_nodes:
+            self.out.append(GraphRecord(*graphs.take_changes()))
         if sched.out:
             self._converse_turn()  # update logs and watchers, before the sends
             self._flush()
@@ -124,6 +136,11 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
             later, self._later = self._later, []
             for node, msg in later:
                 self._send(node, msg)
+        if graphs.outbox:
+            # After the turn's task results: a graph's end follows its last node's.
+            outbox, graphs.outbox = graphs.outbox, []
+            for identity, msg in outbox:
+                self._send_to(identity, BINARY, msg)
 
     def revoke(self, grants: Iterable[bytes], now: float) -> int:
         """Authorized keys changed: drop the live peers whose key is no longer granted."""
@@ -178,12 +195,13 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
             "queues": self.scheduler.depths(),
             "queued": self.scheduler.queued,
             "running": sum(f["in_flight"] for f in foragers),
-            "counters": {**self.scheduler.counters, **self.counters},
+            "counters": {**self.scheduler.counters, **self.counters, **self.graphs.counters},
             "role": "standby" if self.standby is not None else "leader",
             "term": self.term,
             "dead_letters": len(self.scheduler.dlq),
             "breakers": self.scheduler.breakers(),
             "recently_gone": list(self.registry.gone)[-10:],
+            "graphs": [g.summary() for g in list(self.graphs.graphs.values())[:100]],
         }
 
     def _flush(self) -> None:
@@ -208,8 +226,8 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
                     left = task.deadline - mono
                     body["timeout"] = left
                     body["deadline"] = wall + left
-                if node.codec == JSON:
-                    body["node"] = task.id
+                if node.codec == JSON or task.id[:3] == "tg:":
+                    body["node"] = task.id  # a graph node's: "tg:<graph>/<node>"
                 if "batch" in node.features:
                     body["id"] = att.id
                     assigns.setdefault(node.identity, (node, []))[1].append(body)
@@ -317,5 +335,5 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers):
         handler(identity, node, msg, codec, now)
 
 
-__all__ = ["Action", "Publish", "QueenConfig", "QueenCore", "Record", "RecordMemory", "Remember",
-           "Send"]
+__all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Record",
+           "RecordMemory", "Remember", "Send"]

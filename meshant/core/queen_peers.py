@@ -84,6 +84,7 @@ class PeerHandlers(QueenState):
             stale = [r for r in running if isinstance(r, str) and r not in new.in_flight]
         elif previous is not None and previous.identity != identity:
             self.scheduler.client_moved(previous.identity, identity)
+            self.graphs.client_moved(previous.identity, identity)
         self._send(new, p.Message("welcome", decision.body(self.terms), ref=msg.id))
         if decision.role == "forager":
             # Assignments it still runs that this queen no longer holds (it restarted

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshant import protocol as p
+from meshant.core.graph_book import GraphBook
 from meshant.core.memory import DELETED, MemoryStore
 from meshant.core.policy import Backoff
 from meshant.core.registry import Node, Registry
@@ -76,6 +77,7 @@ class QueenConfig:
     retention_count: int = 100_000
     lease: float = 5.0
     durability: str = "process"
+    max_graph_nodes: int = 10_000
     retry_base: float = 0.5
     retry_cap: float = 30.0
     breaker_threshold: int = 5
@@ -140,7 +142,16 @@ class Remember:
     to: str = ""
 
 
-Action = Send | Publish | Record | RecordMemory | Remember
+@dataclass(frozen=True, slots=True)
+class GraphRecord:
+    """Journal these graphs' and graph nodes' changes (after the turn's ``Record``, before
+    any later action leaves): ``meshant.storage.graphs.record``."""
+
+    graphs: list[Any]
+    nodes: list[Any]
+
+
+Action = Send | Publish | Record | RecordMemory | Remember | GraphRecord
 
 Handler = Callable[[bytes, "Node | None", p.Message, str, float], None]
 
@@ -185,6 +196,7 @@ class QueenState:
         self._archived = archive is not None
         if self._archived:
             self.memory.restore(memory, now, now + wall_offset)
+        self.graphs = GraphBook(self.scheduler, c.max_graph_nodes, c.max_message)  # graphs
         self.authorized = authorized
         self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
                                          "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
@@ -203,6 +215,8 @@ class QueenState:
             self.scheduler.archive = archive
             self.restored = self.scheduler.restore(list(restore), now, now + wall_offset,
                                                    grace=self.registry.timeout * 2)
+            self.graphs.track_changes = True  # graphs: journaled, and carried on
+            self.graphs.restore(archive.unfinished_graphs(), now)
         self.out: list[Action] = []
         self._mem_record: RecordMemory | None = None
         self._later: list[tuple[Node, p.Message]] = []

@@ -22,6 +22,7 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from meshant.core.policy import Backoff, Breaker
@@ -123,6 +124,8 @@ class Scheduler(Routing, TaskStore):
         # this clock's (set by ``restore``).
         self.archive: Any = None
         self.to_wall = 0.0
+        # Graphs (meshant.core.graph_book): told when a graph node's task ends.
+        self.on_graph_final: Callable[[Task], None] | None = None
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
@@ -231,6 +234,8 @@ class Scheduler(Routing, TaskStore):
                 self.attempts.pop(f"{old_id}.{n}", None)
             if old.key is not None and self.by_key.get(old.key) == old_id:
                 del self.by_key[old.key]
+        if self.on_graph_final is not None and task.id[:3] == "tg:":  # graph hook
+            self.on_graph_final(task)
 
     def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
         self._abandon(task, now, cancel=True)

@@ -49,6 +49,11 @@ class Code(StrEnum):
     ALREADY_ANSWERED = "already-answered"
     CURSOR_EXPIRED = "cursor-expired"
     INBOX_FULL = "inbox-full"
+    # Task graphs: a graph refused whole (a cycle, a missing or duplicate name...), one
+    # over --max-graph-nodes, a graph id the queen does not know.
+    BAD_GRAPH = "bad-graph"
+    GRAPH_TOO_LARGE = "graph-too-large"
+    UNKNOWN_GRAPH = "unknown-graph"
 
     # A task's final error (``code``), stable for scripts. TOO_LARGE above also ends one.
     HANDLER_ERROR = "handler-error"
@@ -58,6 +63,8 @@ class Code(StrEnum):
     NO_FORAGER = "no-forager"
     CANCELLED = "cancelled"
     ASK_TIMEOUT = "ask-timeout"  # a question's timeout passed without an answer (handler)
+    UPSTREAM_FAILED = "upstream-failed"  # a graph node a failed node's failure cancelled
+    GRAPH_FAILED = "graph-failed"  # a graph's end, raised in the client (GraphFailed)
     # Why its last attempt failed (the error's ``cause``: the dead-letter classification),
     # besides HANDLER_ERROR, REJECTED, DEADLINE_EXCEEDED, NO_FORAGER and TOO_LARGE.
     ASSIGN_TIMEOUT = "assign-timeout"

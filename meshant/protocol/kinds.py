@@ -128,6 +128,27 @@ KINDS: tuple[Kind, ...] = (
     Kind("msg.receipt", 68, "a kept message was delivered, or expired (asked with receipt)",
          (_f("message", str, True), _f("to", str, True), _f("status", str, True),
           _f("at", _NUM))),
+    # Task graphs (id = the graph's id; its nodes run as tasks "tg:<graph>/<node>")
+    Kind("graph.submit", 50, "client submits a graph of named, dependent nodes",
+         (_f("nodes", list, True), _f("updates", bool))),
+    Kind("graph.submitted", 51, "queen accepted a whole graph (else an error: nothing ran)",
+         (_f("graph", str, True), _f("nodes", int))),
+    Kind("graph.status", 52, "ask for the state of a graph and its nodes",
+         (_f("graph", str, True),)),
+    Kind("graph.state", 53, "a graph's state, with each node's",
+         (_f("graph", str, True), _f("state", str, True), _f("node_states", list))),
+    Kind("graph.cancel", 54, "cancel a graph: its pending and running nodes",
+         (_f("graph", str, True),)),
+    Kind("graph.node", 55, "a node's state changed outside its task (started, cancelled)",
+         (_f("graph", str, True), _f("node", str, True), _f("state", str, True),
+          _f("task", str), _f("error", dict))),
+    Kind("graph.result", 56, "a graph ended: its state, counts and the failed node",
+         (_f("graph", str, True), _f("state", str, True), _f("failed", str),
+          _f("counts", dict))),
+    Kind("graph.spawn", 57, "a running node adds nodes to its graph (ref = its assign id)",
+         (_f("nodes", list, True),)),
+    Kind("graph.spawned", 58, "queen added the spawned nodes",
+         (_f("graph", str, True), _f("nodes", list, True))),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from meshant.storage import conversation
+from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     EVENT,
@@ -159,6 +159,9 @@ class Journal(JournalReader):
                 self._create()
             if not readonly:  # conversations' tables (storage.conversation), if missing
                 conversation.create(self.db.execute)
+            if not readonly:
+                for stmt in graphs.TABLES:  # task graphs' tables: additive, idempotent
+                    self.db.execute(stmt)
         except sqlite3.DatabaseError as e:
             self._unlock()
             raise JournalError(f"{self.path} is not a usable meshant journal ({e}); it was "
@@ -391,6 +394,14 @@ class Journal(JournalReader):
                 db.execute("ROLLBACK")
                 raise
             gone += len(ids)
+        db.execute("BEGIN IMMEDIATE")  # ended task graphs go by the same rule
+        try:
+            for stmt in graphs.PRUNE:
+                db.execute(stmt, (before, keep))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return gone
 
     def close(self) -> None:

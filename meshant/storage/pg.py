@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from meshant.storage import conversation
+from meshant.storage import conversation, graphs
 from meshant.storage.idfilter import IdFilter
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
@@ -228,6 +228,11 @@ class PgJournal(JournalReader):
             with db.transaction():  # under the schema lock: two queens may start at once
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 conversation.create(lambda sql: db.execute(translate(sql)))
+        if not self.readonly:
+            with db.transaction():  # task graphs' tables: additive, idempotent
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                for stmt in graphs.TABLES:
+                    db.execute(translate(stmt))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:
             raise JournalError(f"{self.path} has a schema {SCHEMA!r} that is not a meshant "
@@ -348,6 +353,9 @@ class PgJournal(JournalReader):
                 gone += int(cur.rowcount or 0)
                 for sql, rows in conversation.prune_rows(ids):  # what belonged to them
                     db.cursor().executemany(translate(sql), rows)
+        with db.transaction():  # ended task graphs go by the same rule
+            for stmt in graphs.PRUNE:
+                db.execute(self._q(stmt), (before, keep))
         self.pruned += gone
         return gone
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
 from meshant.storage.records import COLS, SELECT, chain, unpack
 
@@ -91,6 +92,14 @@ class JournalReader:
     def task(self, task_id: str) -> dict[str, Any] | None:
         """One task with its history."""
         return self.find(task_id, events=True)
+
+    def unfinished_graphs(self) -> list[dict[str, Any]]:
+        """The task graphs still running, with their nodes (``storage.graphs``)."""
+        return graphs.unfinished(self)
+
+    def find_graph(self, graph_id: str) -> dict[str, Any] | None:
+        """One task graph and its nodes' states, or None."""
+        return graphs.find(self, graph_id)
 
     def memory(self) -> list[tuple[str, Any, float | None, int]]:
         """The colony memory as journaled: ``(key, value, expires_wall, seq)``."""

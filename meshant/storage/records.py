@@ -77,11 +77,14 @@ class Batch:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     mem_set: list[tuple[Any, ...]] = field(default_factory=list)
     mem_del: list[tuple[Any, ...]] = field(default_factory=list)
-    # Other tables' statements, (sql, rows), after the above (storage.conversation's).
+    # More statements for the same transaction, (SQL with ? placeholders, rows), in
+    # order: the task graphs' rows (meshant.storage.graphs),
+    # the conversations' (meshant.storage.conversation).
     extra: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.updates or self.mem_set or self.mem_del or self.extra)
+        return bool(self.inserts or self.updates or self.mem_set or self.mem_del
+                    or self.extra)
 
 
 class TaskLog:

@@ -118,6 +118,45 @@ BINARY = [
         id="q-64", frm="queen", to="c1")),
     ("inbox list", Message("inbox", {"op": "list", "name": "forager-09"}, id="c1-21",
                            frm="c1", to="queen")),
+    # Task graphs (kinds 50-58): the graph's id is its submission's id.
+    ("graph.submit", Message("graph.submit", {"nodes": [
+        {"name": "fetch", "capability": "crawl", "payload": {"url": "cm://index/3"}},
+        {"name": "parse", "capability": "parse", "payload": {"doc": {"$result": "fetch"}}},
+        {"name": "sum", "capability": "llm", "payload": {"$results": ["fetch", "parse"]},
+         "after_spawned": ["parse"], "priority": 10}]}, id="crawl-index", frm="client-1",
+        to="queen", ts=1312284100)),
+    ("graph.submitted", Message("graph.submitted", {"graph": "crawl-index", "nodes": 3},
+                                id="g-0003", frm="queen", to="client-1",
+                                ref="crawl-index")),
+    ("task.assign of a graph node", Message("task.assign", {
+        "task": "tg:crawl-index/fetch", "node": "tg:crawl-index/fetch", "attempt": 1,
+        "capability": "crawl", "payload": {"url": "cm://index/3"}},
+        id="tg:crawl-index/fetch.1", frm="queen", to="forager-07", ts=1312284101)),
+    ("graph.spawn", Message("graph.spawn", {"nodes": [
+        {"name": "page-1", "capability": "parse", "payload": 1}]}, id="g-m6",
+        frm="forager-07", to="queen", ref="tg:crawl-index/parse.1")),
+    ("graph.spawned", Message("graph.spawned", {"graph": "crawl-index", "nodes": ["page-1"]},
+                              id="g-0004", frm="queen", to="forager-07", ref="g-m6")),
+    ("graph.node", Message("graph.node", {
+        "graph": "crawl-index", "node": "sum", "state": "cancelled",
+        "task": "tg:crawl-index/sum", "error": {"code": "upstream-failed",
+                                                "cause": "upstream-failed", "node": "parse",
+                                                "message": "node 'parse' did not complete"}},
+        id="g-0005", frm="queen", to="client-1")),
+    ("graph.result", Message("graph.result", {
+        "graph": "crawl-index", "state": "failed", "failed": "parse", "client": "client-1",
+        "nodes": 4, "counts": {"completed": 2, "failed": 1, "cancelled": 1}},
+        id="g-0006", frm="queen", to="client-1")),
+    ("graph.status", Message("graph.status", {"graph": "crawl-index"}, id="g-m7",
+                             frm="client-1", to="queen")),
+    ("graph.state", Message("graph.state", {
+        "graph": "crawl-index", "state": "running", "nodes": 3,
+        "counts": {"completed": 1, "running": 1, "pending": 1},
+        "node_states": [{"node": "fetch", "state": "completed",
+                         "id": "tg:crawl-index/fetch", "capability": "crawl"}]},
+        id="g-0007", frm="queen", to="client-1", ref="g-m7")),
+    ("graph.cancel", Message("graph.cancel", {"graph": "crawl-index"}, id="g-m8",
+                             frm="client-1", to="queen")),
 ]
 
 LEGACY_LINES = [

@@ -1,0 +1,312 @@
+"""Task graphs, client side: :class:`Graph` (a builder for the document) and
+:class:`GraphHandle` (what ``Client.submit_graph`` returns: a future per node, the
+updates as nodes start and finish, the graph's result, cancel).
+
+The client's I/O thread feeds a handle what the queen sends about its graph: each node
+task's progress and result (task ids ``tg:<graph>/<node>``), ``graph.node`` for a node
+that ends without running, ``graph.result`` at the end. A handle's submission is kept
+until the graph ends and sent again (same id) after a reconnect: the queen answers a
+graph it holds with what the client may have missed, never by running it again.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meshant import protocol as p
+from meshant.actors.futures import TaskFuture, fail
+from meshant.core.graph import GraphError, normalize
+from meshant.errors import GraphFailed, MeshantError, from_error_body
+
+NodeDoc = dict[str, Any]
+
+
+def result_of(name: str) -> dict[str, str]:
+    """The placeholder for node ``name``'s result in another node's payload."""
+    return {"$result": name}
+
+
+class Graph:
+    """A graph document built in Python: ``g.node("b", "parse", {"text": g.result("a")})``.
+
+    ``Client.submit_graph`` also takes the document itself: a map of name to node, or
+    ``{"nodes": [...]}``."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeDoc] = []
+
+    def node(self, name: str, capability: str, payload: Any = None, *,
+             after: list[str] | None = None, after_spawned: list[str] | None = None,
+             **options: Any) -> str:
+        """Add a node; returns its name. ``options``: priority, timeout, labels, to,
+        max_attempts, wait (as for ``Client.submit``)."""
+        doc: NodeDoc = {"name": name, "capability": capability, "payload": payload}
+        if after:
+            doc["after"] = list(after)
+        if after_spawned:
+            doc["after_spawned"] = list(after_spawned)
+        doc.update({k: v for k, v in options.items() if v is not None})
+        self.nodes.append(doc)
+        return name
+
+    @staticmethod
+    def result(name: str) -> dict[str, str]:
+        return result_of(name)
+
+    @staticmethod
+    def results(*names: str) -> dict[str, list[str]]:
+        return {"$results": list(names)}
+
+    @staticmethod
+    def spawned(name: str) -> dict[str, str]:
+        """The list of the results of the nodes ``name`` spawns (waits for them all)."""
+        return {"$spawned": name}
+
+    def doc(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes)}
+
+
+def nodes_of(graph: Any) -> list[NodeDoc]:
+    """The node list of a document, a :class:`Graph`, or a map of name to node."""
+    if isinstance(graph, Graph):
+        return list(graph.nodes)
+    try:
+        return normalize(graph)
+    except GraphError as e:
+        raise ValueError(e.message) from None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphUpdate:
+    """A node started (``"started"``, when asked for), reported progress, or ended
+    (``"finished"``, with its ``state`` and ``result`` or ``error``)."""
+
+    kind: str
+    node: str
+    state: str | None = None
+    result: Any = None
+    error: MeshantError | None = None
+    fraction: float | None = None
+    note: str | None = None
+
+
+class GraphHandle:
+    """A submitted graph. ``nodes[name]`` is a future per node (spawned ones appear when
+    they report); ``result()`` the dict of node results; ``updates()`` what happens."""
+
+    def __init__(self, graph_id: str, names: list[str], frames: list[bytes],
+                 cancel: Callable[[str], None],
+                 pump: Callable[[Callable[[], bool], float | None], None] | None) -> None:
+        self.id = graph_id
+        self._frames: list[bytes] | None = frames
+        self._cancel = cancel
+        self._pump = pump
+        self.nodes: dict[str, TaskFuture] = {n: TaskFuture(f"tg:{graph_id}/{n}", None, pump)
+                                             for n in names}
+        self.submitted: Future[int] = Future()
+        self.done: Future[dict[str, Any]] = Future()
+        self.state: str | None = None
+        self._updates: queue.SimpleQueue[GraphUpdate | None] = queue.SimpleQueue()
+
+    # -- for the caller ---------------------------------------------------------------------
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        """The node results by name once the graph completed; GraphFailed if it failed
+        or was cancelled (its ``results`` and ``errors`` say what each node did)."""
+        if self._pump is not None and not self.done.done():
+            self._pump(self.done.done, timeout)
+            timeout = 0
+        return self.done.result(timeout)
+
+    def cancel(self) -> None:
+        """Cancel the graph: pending nodes at once, running ones best effort."""
+        self._cancel(self.id)
+
+    def updates(self, timeout: float | None = None) -> Iterator[GraphUpdate]:
+        """Yield node updates until the graph ends (TimeoutError if none comes within
+        ``timeout`` seconds)."""
+        while True:
+            if self._pump is not None and self._updates.empty():
+                self._pump(lambda: not self._updates.empty(), timeout)
+            try:
+                u = self._updates.get(timeout=timeout if self._pump is None else 0)
+            except queue.Empty:
+                raise TimeoutError(f"no update for graph {self.id} within {timeout} s")
+            if u is None:
+                return
+            yield u
+
+    # -- from the I/O thread ----------------------------------------------------------------
+
+    def _node(self, name: str) -> TaskFuture:
+        fut = self.nodes.get(name)
+        if fut is None:
+            fut = self.nodes[name] = TaskFuture(f"tg:{self.id}/{name}", None, self._pump)
+        return fut
+
+    def on_task(self, name: str, b: dict[str, Any], kind: str) -> None:
+        fut = self._node(name)
+        seq = b.get("seq", 0)
+        if seq <= fut.last_seq:
+            return  # exactly once
+        fut.last_seq = seq
+        if kind == "task.progress":
+            self._updates.put(GraphUpdate("progress", name, fraction=b.get("fraction"),
+                                          note=b.get("note")))
+            return
+        if b.get("partial"):
+            return
+        self._finished(name, b.get("state", "failed"), b.get("result"), b.get("error"))
+
+    def on_node(self, b: dict[str, Any]) -> None:
+        name = b["node"]
+        if b["state"] == "running":
+            self._updates.put(GraphUpdate("started", name, "running"))
+            return
+        self._finished(name, b["state"], b.get("result"), b.get("error"))
+
+    def _finished(self, name: str, state: str, result: Any, error: Any) -> None:
+        fut = self._node(name)
+        if fut.done():
+            return
+        if state == "completed":
+            value = p.unwrap_blob(result)
+            fut.set_result(value)
+            self._updates.put(GraphUpdate("finished", name, state, result=value))
+        else:
+            err = from_error_body(error if isinstance(error, dict) else {"code": state})
+            fut.set_exception(err)
+            self._updates.put(GraphUpdate("finished", name, state, error=err))
+
+    def on_end(self, b: dict[str, Any]) -> None:
+        self._frames = None
+        self.state = b.get("state")
+        results: dict[str, Any] = {}
+        errors: dict[str, MeshantError] = {}
+        for name, fut in self.nodes.items():
+            if not fut.done():
+                continue
+            e = fut.exception(0)
+            if e is None:
+                results[name] = fut.result(0)
+            elif isinstance(e, MeshantError):
+                errors[name] = e
+        if not self.submitted.done():
+            self.submitted.set_result(b.get("nodes", len(self.nodes)))
+        if self.state == "completed":
+            if not self.done.done():
+                self.done.set_result(results)
+        else:
+            failed = b.get("failed")
+            why = f" at node {failed!r}: {errors[failed]}" if failed in errors else ""
+            fail(self.done, GraphFailed(f"graph {self.id} {self.state}{why}", failed=failed,
+                                        results=results, errors=errors))
+        self._updates.put(None)
+
+    def on_error(self, err: MeshantError) -> None:
+        """The queen refused the graph (nothing of it ran), or the client gave up."""
+        self._frames = None
+        fail(self.submitted, err)
+        fail(self.done, err)
+        for fut in self.nodes.values():
+            fail(fut, err)
+        self._updates.put(None)
+
+
+class GraphClient:
+    """The client's graph methods and message handlers (a part of ``Client``)."""
+
+    if TYPE_CHECKING:
+        name: str
+        _pump: Callable[[Callable[[], bool], float | None], None] | None
+        _handlers: dict[str, Callable[[p.Message], object]]
+
+        def send_message(self, msg: p.Message | list[bytes]) -> None: ...
+        def _encode(self, msg: p.Message) -> list[bytes]: ...
+        def _request(self, kind: str, body: dict[str, Any] | None,
+                     timeout: float) -> dict[str, Any]: ...
+        def _on_reply(self, msg: p.Message) -> None: ...
+
+    def _graph_init(self) -> None:
+        self._graphs: dict[str, GraphHandle] = {}
+        self._handlers.update({"graph.submitted": self._on_graph_submitted,
+                               "graph.node": self._on_graph_node,
+                               "graph.result": self._on_graph_result,
+                               "graph.state": self._on_reply})
+
+    def submit_graph(self, graph: Any, *, updates: bool = False) -> GraphHandle:
+        """Submit a task graph (a :class:`Graph`, or the document: a map of name to node,
+        or ``{"nodes": [...]}``); returns its :class:`GraphHandle` at once. The queen
+        checks the whole graph first: a bad one fails ``handle.submitted`` (and
+        ``result()``) with the reason, and nothing of it runs. ``updates=True``: the
+        handle's updates also say when each node starts."""
+        nodes = nodes_of(graph)
+        body: dict[str, Any] = {"nodes": [{**n, "payload": p.wrap_blob(n.get("payload"))}
+                                          for n in nodes]}
+        if updates:
+            body["updates"] = True
+        msg = p.Message("graph.submit", body, frm=self.name, to="queen")
+        try:
+            frames = self._encode(msg)
+        except p.ProtocolError as e:
+            raise ValueError(f"cannot submit the graph: {e.message}") from None
+        names = [str(n.get("name")) for n in nodes if isinstance(n, dict)]
+        h = GraphHandle(msg.id, names, frames, self.cancel_graph, self._pump)
+        self._graphs[msg.id] = h
+        self.send_message(frames)
+        return h
+
+    def graph_status(self, graph_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """A graph's state and each node's, as the queen (or its journal) has them."""
+        return self._request("graph.status", {"graph": graph_id}, timeout)
+
+    def cancel_graph(self, graph_id: str) -> None:
+        """Cancel a graph: its pending nodes at once, its running ones best effort."""
+        self.send_message(p.Message("graph.cancel", {"graph": graph_id}, to="queen"))
+
+    # -- I/O thread ---------------------------------------------------------------------------
+
+    def _graph_task(self, b: dict[str, Any], kind: str) -> None:
+        """A result or progress of a graph node's task (id ``tg:<graph>/<node>``)."""
+        gid, _, node = str(b.get("task", ""))[3:].rpartition("/")
+        h = self._graphs.get(gid)
+        if h is not None:
+            h.on_task(node, b, kind)
+
+    def _on_graph_submitted(self, msg: p.Message) -> None:
+        h = self._graphs.get(msg.b["graph"])
+        if h is not None and not h.submitted.done():
+            h.submitted.set_result(msg.b.get("nodes", 0))
+
+    def _on_graph_node(self, msg: p.Message) -> None:
+        h = self._graphs.get(msg.b["graph"])
+        if h is not None:
+            h.on_node(msg.b)
+
+    def _on_graph_result(self, msg: p.Message) -> None:
+        h = self._graphs.pop(msg.b["graph"], None)
+        if h is not None:
+            h.on_end(msg.b)
+
+    def _graph_error(self, ref: str, err: MeshantError) -> bool:
+        h = self._graphs.pop(ref, None)
+        if h is None:
+            return False
+        h.on_error(err)
+        return True
+
+    def _graph_frames(self) -> list[list[bytes]]:
+        """The submissions of graphs not ended, to send again after a reconnect."""
+        return [h._frames for h in self._graphs.values() if h._frames is not None]
+
+    def _graphs_failed(self, err: MeshantError) -> None:
+        for h in list(self._graphs.values()):
+            h.on_error(err)
+        self._graphs.clear()
+
+
+__all__ = ["Graph", "GraphClient", "GraphHandle", "GraphUpdate", "nodes_of", "result_of"]
