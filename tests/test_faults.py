@@ -337,3 +337,17 @@ def test_a_hung_handler_does_not_keep_the_forager_from_stopping(procs: Procs,
         wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", 10, "running")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(15) is not None  # it stops; the queen reissues what it ran
+
+
+def test_a_bug_met_by_one_message_does_not_stop_the_queen(colony: Colony) -> None:
+    q = colony.start_queen()
+    c = colony.client()
+
+    def boom(*_: object) -> None:
+        raise RuntimeError("a bug in one handler")
+    q.core._handlers["tool.query"] = boom
+    with pytest.raises(MeshantError, match=r"no answer to tool\.query"):
+        c.tool_query("echo", timeout=1)  # its message dropped: no answer
+    assert q._thread is not None and q._thread.is_alive()
+    st = c.status()  # still served
+    assert st["counters"]["internal_errors"] == 1

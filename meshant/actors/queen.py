@@ -441,9 +441,17 @@ class Queen:
                         break
                     if curve:
                         frames, key = _zio.recv_frames_key(router)
-                        receive(frames, key, now)
                     else:
-                        receive(recv_frames(router), None, now)
+                        frames, key = recv_frames(router), None
+                    try:
+                        receive(frames, key, now)
+                    except Exception:
+                        # A bug met by one message must not take the colony down with
+                        # it: that message is dropped, loudly, and the queen serves on.
+                        core.counters["internal_errors"] = core.counters.get(
+                            "internal_errors", 0) + 1
+                        log.exception("internal error handling a message (dropped); "
+                                      "please report it")
             if self._waker.fd in events:
                 self._waker.drain()
             now = time.monotonic()
