@@ -243,15 +243,7 @@ def test_a_deposed_leaders_write_is_fenced_and_changes_nothing(pg_url: str) -> N
 @pytest.mark.slow
 def test_a_peer_given_only_the_standby_survives_a_second_failover(tmp_path: Path,
                                                                   pg_url: str) -> None:
-    from meshant import Queen
-
-    def queen(name: str) -> Queen:
-        return Queen(f"ipc://{tmp_path}/{name}", f"ipc://{tmp_path}/{name}-pub", name=name,
-                     journal=pg_url, lease=LEASE, hb_interval=0.2, hb_misses=5).start()
-
-    qa = queen("qa")
-    wait_for(lambda: qa.role == "leader", what="qa to lead")
-    qb = queen("qb")
+    qa, qb = _leader_and_standby(tmp_path, pg_url)
     try:
         with Client(f"ipc://{tmp_path}/qb", queen_wait=60) as c:  # told of qb only
             assert c.status()["queen"]["name"] == "qa"  # followed qb's hint
@@ -263,6 +255,19 @@ def test_a_peer_given_only_the_standby_survives_a_second_failover(tmp_path: Path
     finally:
         qa.stop()
         qb.stop()
+
+
+def _leader_and_standby(tmp_path: Path, url: str) -> tuple[Any, Any]:
+    """In-process queens qa (leading) and qb (standing by) on ipc endpoints."""
+    from meshant import Queen
+
+    def queen(name: str) -> Queen:
+        return Queen(f"ipc://{tmp_path}/{name}", f"ipc://{tmp_path}/{name}-pub", name=name,
+                     journal=url, lease=LEASE, hb_interval=0.2, hb_misses=5).start()
+
+    qa = queen("qa")
+    wait_for(lambda: qa.role == "leader", what="qa to lead")
+    return qa, queen("qb")
 
 
 def _status_name(c: Client) -> str:
@@ -277,15 +282,7 @@ def test_a_hint_that_leads_nowhere_sends_the_peer_back_to_its_list(tmp_path: Pat
                                                                     pg_url: str) -> None:
     import psycopg
 
-    from meshant import Queen
-
-    def queen(name: str) -> Queen:
-        return Queen(f"ipc://{tmp_path}/{name}", f"ipc://{tmp_path}/{name}-pub", name=name,
-                     journal=pg_url, lease=LEASE, hb_interval=0.2, hb_misses=5).start()
-
-    qa = queen("qa")
-    wait_for(lambda: qa.role == "leader", what="qa to lead")
-    qb = queen("qb")
+    qa, qb = _leader_and_standby(tmp_path, pg_url)
     try:
         # The lease names an endpoint nobody can reach (a bad --bind advertised, say).
         with psycopg.connect(pg_url, autocommit=True) as conn:
