@@ -123,6 +123,13 @@ class Queen:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # --http: the loop publishes a snapshot that the HTTP side reads (meshant.observe).
+        self.observer: Any = None
+        self._http: Any = None
+        if c.http is not None:
+            from meshant.observe import http_side
+
+            self.observer, self._http = http_side(c.http, c.http_token, lambda: self.endpoint)
 
     def _new_core(self, now: float, restore: bool) -> QueenCore:
         """A core: restored from the journal (this queen leads), or a standby's."""
@@ -247,6 +254,11 @@ class Queen:
     def restored(self) -> int:
         return self.core.restored
 
+    @property
+    def http_url(self) -> str | None:
+        """The dashboard's address once serving (``--http``), else None."""
+        return self._http.url if self._http is not None and self.endpoint else None
+
     def status(self) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows); safe from
         any thread."""
@@ -343,9 +355,14 @@ class Queen:
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),
                               host=socket.gethostname(), advertised=self.advertiser is not None,
                               started=time.monotonic())
+            if self._http is not None:
+                self.observer.publish(core, time.monotonic(), self._wall_offset)
+                self._http.start()
             self._ready.set()
             self._loop(router)
         finally:
+            if self._http is not None:
+                self._http.stop()
             if self.advertiser is not None:
                 self.advertiser.close()  # unregistered: joiners see the queen go
             if self.leadership is not None:
@@ -418,6 +435,7 @@ class Queen:
         recv_frames = _zio.recv_frames
         curve = self.curve is not None
         leadership = self.leadership
+        obs = self.observer
         while not self._stop.is_set():
             if leadership is not None:
                 # Before anything is read: a queen that slept past its lease (SIGSTOP,
@@ -470,6 +488,8 @@ class Queen:
             core.end_turn(now)
             if core.out:
                 self._carry_out(core.take())
+            if obs is not None and now >= obs.next:
+                obs.publish(core, now, self._wall_offset)
         if self._leading:
             self.core.farewell(time.monotonic())
             self._carry_out(self.core.take())
@@ -498,7 +518,10 @@ class Queen:
             elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
                 try:
                     if cls is Record:
+                        t0 = time.perf_counter()
                         self.journal.record(a.tasks, self._wall_offset)
+                        if self.observer is not None:
+                            self.observer.wrote(time.perf_counter() - t0)
                     elif cls is Remember:  # conversations: meshant.storage.conversation
                         self.journal.write(conversation_batch(a.questions, a.updates, a.kept,
                                                               a.unkept, a.to))

@@ -86,6 +86,8 @@ class QueenConfig:
     mdns_interfaces: tuple[str, ...] | None = None
     curve_secret: str | None = None
     authorized: str | None = None
+    http: str | None = None
+    http_token: str | None = None
 
     @property
     def derived_pub_hwm(self) -> int:

@@ -1,0 +1,283 @@
+"""What the queen's loop publishes for observers: one plain dict, rebuilt every ``period``.
+
+Sans-IO like the core: :meth:`Observer.publish` reads a :class:`~meshant.core.queen.QueenCore`
+in the loop's own thread (so nothing it reads changes under it) and ``now`` is the
+driver's monotonic clock. The result is swapped into :attr:`Observer.latest` in one
+assignment; the HTTP server, the metrics and the dashboard only ever read that reference,
+so serving them takes no lock the loop waits on and reads nothing the loop is changing.
+
+The cost per snapshot is bounded: finished tasks are read once each (walking the
+scheduler's ``done`` back to the last one already seen), foragers through their in-flight
+attempts, and the one pass over live tasks (queue depth and submissions per capability)
+is spaced out so that it stays under ~2 % of the loop however large the queue grows.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from meshant.core.tasks import ASSIGNED, FINAL, QUEUED, Task
+
+if TYPE_CHECKING:
+    from meshant.core.queen import QueenCore
+
+# Seconds: from a millisecond (an echo on loopback) to the default assign timeout.
+BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                              1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+KEEP_TASKS = 40  # running, recent and dead-letter tasks listed, each
+KEEP_KEYS = 200  # colony memory keys listed
+HISTORY = 600  # chart points kept (five minutes at the default period)
+WINDOW = 10.0  # seconds of finished tasks the latency percentiles cover
+MAX_SCAN_SHARE = 0.02  # of the loop's time, for the pass over live tasks
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative counts per bucket (Prometheus style: ``counts[i]`` is observations up to
+    ``BUCKETS[i]``, not cumulated yet; the exporter cumulates), their sum and count."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+    sum: float = 0.0
+    count: int = 0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect_left(BUCKETS, v)] += 1
+        self.sum += v
+        self.count += 1
+
+    def export(self) -> dict[str, Any]:
+        return {"counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+
+@dataclass(slots=True)
+class _PerCapability:
+    finished: dict[str, int] = field(default_factory=dict)  # completed+failed+cancelled
+    completed: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    cancelled: dict[str, int] = field(default_factory=dict)
+    reissued: dict[str, int] = field(default_factory=dict)
+
+
+def _bump(d: dict[str, int], k: str, n: int = 1) -> None:
+    d[k] = d.get(k, 0) + n
+
+
+def task_view(task: Task, now: float, wall: float) -> dict[str, Any]:
+    """A task as the dashboard lists it, its audit timeline included (seconds since
+    submission, state, why)."""
+    view: dict[str, Any] = {
+        "task": task.id, "capability": task.capability, "state": task.state,
+        "attempt": task.attempt, "priority": task.priority,
+        "forager": task.current.node.name if task.current is not None else None,
+        "client": task.client_name, "submitted": round(task.submitted + wall, 3),
+        "age": round(now - task.submitted, 3),
+        "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
+    }
+    final = task.final
+    if final is not None and "error" in final:
+        err = final["error"]
+        view["error"] = {"code": err.get("code"), "message": err.get("message")}
+    return view
+
+
+class Observer:
+    """Builds and holds the latest snapshot of a queen (see the module's docstring).
+
+    The driver calls :meth:`publish` once ``now`` reaches :attr:`next`, and tells
+    :meth:`wrote` how long each journal write took. ``role`` is what
+    ``/healthz`` and the dashboard say this queen is ("leader" until a standby exists).
+    """
+
+    def __init__(self, *, period: float = 0.5, role: str = "leader") -> None:
+        if period <= 0:
+            raise ValueError("period must be > 0")
+        self.period = period
+        self.role = role
+        self.latest: dict[str, Any] | None = None
+        self.journal_seconds = 0.0
+        self.journal_writes = 0
+        self.next = 0.0
+        self._seq = 0
+        self._last_done: str | None = None
+        self._caps = _PerCapability()
+        self._queue_wait = Histogram()
+        self._run_time = Histogram()
+        self._latency = Histogram()
+        self._recent: deque[tuple[float, float]] = deque(maxlen=20_000)  # (done at, e2e)
+        self._history: deque[tuple[float | int | None, ...]] = deque(maxlen=HISTORY)
+        self._scan: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self._next_scan = 0.0
+
+    def wrote(self, seconds: float) -> None:
+        """The driver's journal took ``seconds`` for one transaction."""
+        self.journal_seconds += seconds
+        self.journal_writes += 1
+
+    def publish(self, core: QueenCore, now: float, wall_offset: float) -> dict[str, Any]:
+        """Rebuild the snapshot from ``core`` (in the loop's thread) and publish it."""
+        t0 = time.perf_counter()
+        self.next = now + self.period
+        sched = core.scheduler
+        self._read_finished(sched.done)
+        if now >= self._next_scan:
+            self._scan = self._scan_live(sched.tasks)
+            cost = time.perf_counter() - t0
+            self._next_scan = now + max(self.period, cost / MAX_SCAN_SHARE)
+        queued_by, live_by = self._scan
+        caps = self._caps
+        submitted = dict(caps.finished)
+        for cap, n in live_by.items():
+            _bump(submitted, cap, n)
+        wall = wall_offset
+        foragers: list[dict[str, Any]] = []
+        running: list[dict[str, Any]] = []
+        by_state: dict[str, int] = {}
+        slots_free = missed = in_flight = 0
+        monitor = core.registry.monitor
+        breakers = sched.forager_breakers
+        clients = 0
+        for node in list(core.registry.by_id.values()):
+            if node.role != "forager":
+                clients += 1
+                continue
+            rec = node.record(now)
+            b = breakers.get(node.name)
+            rec["breaker"] = b.state if b is not None else "closed"
+            m = monitor.missed(node.identity, now)
+            rec["missed"] = m
+            missed += m
+            foragers.append(rec)
+            _bump(by_state, node.state)
+            slots_free += node.free
+            in_flight += len(node.in_flight)
+            for att in list(node.in_flight.values())[:KEEP_TASKS - len(running)]:
+                running.append(task_view(att.task, now, wall))
+        gone = [g for g in list(core.registry.gone) if g.get("role") == "forager"]
+        by_state["offline"] = len(gone)
+        recent = [task_view(t, now, wall)
+                  for t in _last(sched.done, KEEP_TASKS)]
+        dead = [task_view(t, now, wall) for t in _last(sched.dlq, KEEP_TASKS)]
+        recent_e2e = self._recent
+        while recent_e2e and recent_e2e[0][0] < now - WINDOW:
+            recent_e2e.popleft()
+        lat = sorted(e for _, e in recent_e2e)
+        p50 = _pct(lat, 0.50)
+        p99 = _pct(lat, 0.99)
+        counters = {**sched.counters, **core.counters}
+        queued_total = sched.queued
+        self._history.append((round(now + wall, 3), counters["completed"], counters["failed"],
+                              p50, p99, queued_total, in_flight))
+        mem_items = core.memory.items
+        self._seq += 1
+        info = core.info
+        snap: dict[str, Any] = {
+            "seq": self._seq,
+            "time": round(now + wall, 3),
+            "period": self.period,
+            "role": self.role,
+            "queen": {"name": core.name, "colony": core.config.colony, "epoch": core.epoch,
+                      "endpoint": info.endpoint, "pub": info.pub, "pid": info.pid,
+                      "host": info.host, "uptime": round(now - info.started, 3)},
+            "foragers": foragers,
+            "foragers_by_state": by_state,
+            "recently_gone": gone[-10:],
+            "clients": clients,
+            "slots_free": slots_free,
+            "running": in_flight,
+            "queued": queued_total,
+            "queues": queued_by,
+            "submitted": submitted,
+            "completed": dict(caps.completed),
+            "failed": dict(caps.failed),
+            "cancelled": dict(caps.cancelled),
+            "reissued": dict(caps.reissued),
+            "counters": counters,
+            "dead_letters": len(sched.dlq),
+            "breakers": sched.breakers(),
+            "heartbeats_missed": missed,
+            "memory": {"keys": len(mem_items), "seq": core.memory.seq,
+                       "names": sorted(list(mem_items)[:KEEP_KEYS])},
+            "journal": {"seconds": self.journal_seconds, "writes": self.journal_writes},
+            "histograms": {"queue_wait": self._queue_wait.export(),
+                           "run_time": self._run_time.export(),
+                           "latency": self._latency.export()},
+            "latency": {"p50": p50, "p99": p99, "window": WINDOW, "n": len(lat)},
+            "running_tasks": running,
+            "recent_tasks": recent,
+            "dead_letter_tasks": dead,
+            "history": list(self._history),
+            "build_seconds": round(time.perf_counter() - t0, 6),
+        }
+        self.latest = snap  # one reference swap: readers see the old or the new, whole
+        return snap
+
+    def _read_finished(self, done: Any) -> None:
+        """Count the tasks finished since the last snapshot (``done`` is in finish order)."""
+        fresh: list[Task] = []
+        stop = self._last_done
+        for tid in reversed(done):
+            if tid == stop:
+                break
+            fresh.append(done[tid])
+        if not fresh:
+            return
+        self._last_done = fresh[0].id
+        caps = self._caps
+        for task in reversed(fresh):
+            cap = task.capability
+            state = task.state
+            _bump(caps.finished, cap)
+            _bump(getattr(caps, state), cap)
+            if task.attempt > 1:
+                _bump(caps.reissued, cap, task.attempt - 1)
+            first = last = end = None
+            for t, s, _ in task.history:
+                if s == ASSIGNED:
+                    if first is None:
+                        first = t
+                    last = t
+                elif s in FINAL:
+                    end = t
+            if end is None:
+                continue
+            e2e = max(0.0, end - task.submitted)
+            self._latency.observe(e2e)
+            self._recent.append((end, e2e))
+            if first is not None:
+                self._queue_wait.observe(max(0.0, first - task.submitted))
+            if last is not None and state != "cancelled":
+                self._run_time.observe(max(0.0, end - last))
+
+    @staticmethod
+    def _scan_live(tasks: dict[str, Task]) -> tuple[dict[str, int], dict[str, int]]:
+        queued: dict[str, int] = {}
+        live: dict[str, int] = {}
+        for t in list(tasks.values()):
+            cap = t.capability
+            live[cap] = live.get(cap, 0) + 1
+            if t.state == QUEUED:
+                queued[cap] = queued.get(cap, 0) + 1
+        return queued, live
+
+
+def _last(od: Any, n: int) -> list[Task]:
+    out: list[Task] = []
+    for k in reversed(od):
+        out.append(od[k])
+        if len(out) >= n:
+            break
+    return out
+
+
+def _pct(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    i = min(len(sorted_values) - 1, int(q * len(sorted_values)))
+    return round(sorted_values[i], 6)
+
+
+__all__ = ["BUCKETS", "Histogram", "Observer", "task_view"]
