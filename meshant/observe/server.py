@@ -270,6 +270,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         srv = self.server_ref
+        # The body is read before any answer: left unread on a kept-alive connection, it
+        # would be parsed as the next request.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self.close_connection = True
+            self._json(400, {"error": f"send a JSON body of at most {MAX_BODY} bytes"})
+            return
+        raw = self.rfile.read(length) if length else b""
         m = _ACTION_PATH.match(self.path)
         if m is None or m.group(1) not in ACTIONS:
             self._json(404, {"error": f"no action at {self.path}: the actions are "
@@ -281,20 +292,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         op = m.group(1)
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 < length <= MAX_BODY:
-            self._json(400, {"error": f"send a JSON body of 1 to {MAX_BODY} bytes: "
-                                      f'{{"target": "<{ACTIONS[op]} name or id>"}}'})
-            return
-        try:
-            req = json.loads(self.rfile.read(length))
-            target = req["target"]
+            target = json.loads(raw)["target"]
             if not isinstance(target, str) or not target:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            self._json(400, {"error": f'the body must be JSON {{"target": "<{ACTIONS[op]}>"}}'})
+            self._json(400, {"error": f'the body must be JSON {{"target": "<{ACTIONS[op]} '
+                                      'name or id>"}'})
             return
         try:
             self._json(200, srv.act(op, target))
