@@ -44,7 +44,7 @@ def browser() -> Iterator[Any]:
 
 
 def _colony(procs: Procs) -> tuple[str, str]:
-    p, info = procs.start("queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
+    _, info = procs.start("queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
                           "--json", "--hb-interval", "0.2", "--http", "127.0.0.1:0",
                           "--http-token", TOKEN)
     assert info["http"].startswith("http://127.0.0.1:"), info

@@ -129,7 +129,8 @@ class Queen:
         if c.http is not None:
             from meshant.observe import http_side
 
-            self.observer, self._http = http_side(c.http, c.http_token, lambda: self.endpoint)
+            self.observer, self._http = http_side(c.http, c.http_token, lambda: self.endpoint,
+                                                 self._waker.wake)
 
     def _new_core(self, now: float, restore: bool) -> QueenCore:
         """A core: restored from the journal (this queen leads), or a standby's."""

@@ -15,14 +15,14 @@ if TYPE_CHECKING:
     from meshant.observe.server import ObserveServer
 
 
-def http_side(address: str, token: str | None, endpoint: Any) -> tuple[Observer,
-                                                                        ObserveServer]:
+def http_side(address: str, token: str | None, endpoint: Any,
+              wake: Any) -> tuple[Observer, ObserveServer]:
     """The observer a queen's loop publishes to and the (unstarted) server reading it;
     a bad address or a missing ``prometheus-client`` fails here, before anything binds."""
     from meshant.observe.server import ObserveServer
 
     obs = Observer()
-    return obs, ObserveServer(obs, address, token=token, endpoint=endpoint)
+    return obs, ObserveServer(obs, address, token=token, endpoint=endpoint, wake=wake)
 
 
 __all__ = ["Observer", "http_side"]

@@ -27,6 +27,7 @@ from typing import Any
 from meshant.errors import MeshantError
 from meshant.observe.metrics import exposition, registry_for
 from meshant.observe.snapshot import Observer
+from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.http")
 
@@ -58,16 +59,19 @@ class ObserveServer:
     """Serves one queen's observer over HTTP, from background threads.
 
     ``endpoint`` gives the queen's ROUTER endpoint once bound (for the server's own client,
-    made on first need); ``token`` turns the actions on.
+    made on first need); ``wake`` wakes the queen's loop (for a command it must run);
+    ``token`` turns the actions on.
     """
 
     def __init__(self, observer: Observer, address: str, *, token: str | None = None,
                  endpoint: Callable[[], str] = lambda: "",
+                 wake: Callable[[], None] = lambda: None,
                  client_kwargs: dict[str, Any] | None = None) -> None:
         self.observer = observer
         self.host, self.port = parse_http(address)
         self.token = token or None
         self._endpoint = endpoint
+        self._wake = wake
         self._client_kwargs = client_kwargs or {}
         self._client: Any = None
         self._client_lock = threading.Lock()
@@ -176,9 +180,14 @@ class ObserveServer:
             (c.drain if op == "drain" else c.halt)(target)
             return {"ok": True, "op": op, "forager": target}
         if op == "cancel":
-            c.task_status(target, timeout=5.0)  # raises unknown-task for a wrong id
-            c.cancel(target)
-            return {"ok": True, "op": op, "task": target}
+            # Any task, whoever submitted it: only the loop may do that, so it does it.
+            fut = self.observer.command("cancel", target)
+            self._wake()
+            try:
+                return fut.result(5.0)
+            except TimeoutError:
+                raise MeshantError("the queen's loop did not answer within 5 s",
+                                   code=Code.TIMEOUT) from None
         r = c.dlq("retry", target, timeout=5.0)
         return {"ok": True, "op": op, "task": target, "result": r}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,30 @@ class Observer:
         self._history: deque[tuple[float | int | None, ...]] = deque(maxlen=HISTORY)
         self._scan: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._next_scan = 0.0
+        # Operator commands from other threads, run by the loop at its next publish.
+        self._commands: deque[tuple[str, str, Future[dict[str, Any]]]] = deque(maxlen=64)
+
+    def command(self, op: str, arg: str) -> Future[dict[str, Any]]:
+        """Ask the loop to run ``op`` on ``arg`` (from any thread): ``cancel`` a task the
+        operator names, whoever submitted it. The future holds the outcome, or a
+        LookupError; the caller wakes the loop (or waits up to one period)."""
+        fut: Future[dict[str, Any]] = Future()
+        self._commands.append((op, arg, fut))
+        self.next = 0.0
+        return fut
+
+    def _run_commands(self, core: QueenCore, now: float) -> None:
+        while self._commands:
+            op, arg, fut = self._commands.popleft()
+            if op == "cancel":
+                sched = core.scheduler
+                if arg not in sched.tasks:
+                    fut.set_exception(LookupError(f"no unfinished task {arg!r}"))
+                    continue
+                sched.cancel(arg, now)  # what follows goes out at the loop's next turn
+                fut.set_result({"ok": True, "op": op, "task": arg})
+            else:
+                fut.set_exception(LookupError(f"no command {op!r}"))
 
     def wrote(self, seconds: float) -> None:
         """The driver's journal took ``seconds`` for one transaction."""
@@ -121,6 +146,8 @@ class Observer:
         """Rebuild the snapshot from ``core`` (in the loop's thread) and publish it."""
         t0 = time.perf_counter()
         self.next = now + self.period
+        if self._commands:
+            self._run_commands(core, now)
         sched = core.scheduler
         self._read_finished(sched.done)
         if now >= self._next_scan:
