@@ -39,6 +39,7 @@ from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
 from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import ConfigError, MeshantError
+from meshant.observe import tracing
 from meshant.storage import JournalError, is_postgres, open_journal
 from meshant.storage.conversation import batch as conversation_batch
 from meshant.storage.graphs import batch as graph_batch
@@ -46,6 +47,7 @@ from meshant.storage.leadership import Leadership
 
 log = logging.getLogger("meshant.queen")
 
+_ASSIGNS = frozenset({"task.assign", "task.assigns"})
 ROUTER_RCVHWM = 1000  # messages queued from one peer before TCP holds it back
 
 
@@ -496,6 +498,10 @@ class Queen:
             self._carry_out(self.core.take())
             self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
 
+    def _submitted(self, task_id: str) -> float | None:
+        task = self.core.scheduler.tasks.get(task_id)
+        return task.submitted + self._wall_offset if task is not None else None
+
     def _carry_out(self, actions: list[Any]) -> None:
         """Do what the core decided, in order: a journal record before what follows it."""
         router, pub = self._router, self._pub
@@ -504,6 +510,8 @@ class Queen:
         for a in actions:
             cls = a.__class__
             if cls is Send:
+                if self.core.traces and a.msg.kind in _ASSIGNS:
+                    tracing.assign_spans(a.msg, self._submitted)
                 try:
                     frames = encode_for(a.msg, a.codec)
                 except p.ProtocolError as e:
