@@ -153,6 +153,10 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
         click.echo(f"warning: {bind} is reachable beyond this machine and CURVE is off: "
                    "anyone who can connect can join, read broadcasts and submit work. Use "
                    "--curve-secret/--authorized (see docs/security.md).", err=True)
+    if http is not None and not _loopback_http(http):
+        click.echo(f"warning: --http {http} serves the dashboard and metrics beyond this "
+                   "machine: they name your foragers and tasks"
+                   + ("" if http_token else " (read-only: no --http-token)"), err=True)
     _stop_on_signals(q.stop)
     signal.signal(signal.SIGHUP, lambda *_: q.reload_keys())
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
@@ -163,6 +167,18 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
         raise click.ClickException(str(e)) from None
     if not as_json:
         click.echo(f"meshant queen {name!r} stopped", err=True)
+
+
+def _loopback_http(http: str) -> bool:
+    import ipaddress
+
+    from meshant.observe.server import parse_http
+
+    host = parse_http(http)[0]
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _announce(q: Any, as_json: bool) -> None:
