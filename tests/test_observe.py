@@ -332,3 +332,24 @@ def test_cli_queen_http_and_top(procs: Procs) -> None:
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
+
+
+def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshant.observe import snapshot
+
+    monkeypatch.setattr(snapshot, "SCAN_CHUNK", 3)
+    sim = SimColony()
+    obs = Observer()
+    c = sim.client()
+    for i in range(8):  # nobody serves "later": they stay queued
+        c.send("task.submit", {"capability": "later", "payload": i, "wait": 600})
+    seen = [obs.publish(sim.core, sim.now, 0.0)["queues"] for _ in range(3)]
+    assert seen[:2] == [{}, {}] and seen[2] == {"later": 8}  # 3 + 3 + 2
+    c.send("task.cancel", {"task": sim.core.scheduler.queues["later"][0][2]})
+    for i in range(2):
+        c.send("task.submit", {"capability": "later", "payload": i, "wait": 600})
+    subs = [obs.publish(sim.core, sim.now, 0.0) for _ in range(3)]
+    # Submissions are counted exactly at once; the depth catches up when the pass ends.
+    assert [s["submitted"]["later"] for s in subs] == [10, 10, 10]
+    assert subs[0]["queues"] == {"later": 8} and subs[0]["cancelled"] == {"later": 1}
+    assert subs[-1]["queues"] == {"later": 9}

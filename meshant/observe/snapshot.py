@@ -7,9 +7,11 @@ assignment; the HTTP server, the metrics and the dashboard only ever read that r
 so serving them takes no lock the loop waits on and reads nothing the loop is changing.
 
 The cost per snapshot is bounded: finished tasks are read once each (walking the
-scheduler's ``done`` back to the last one already seen), foragers through their in-flight
-attempts, and the one pass over live tasks (queue depth and submissions per capability)
-is spaced out so that it stays under ~2 % of the loop however large the queue grows.
+scheduler's ``done`` back to the last one already seen), new submissions likewise (the
+tail of the scheduler's ``tasks``), foragers through their in-flight attempts, and the
+one pass over live tasks (queue depth per capability) goes ``SCAN_CHUNK`` tasks per
+snapshot, so a queue of 100,000 is counted over five snapshots (2.5 s) in steps of about
+2 ms instead of stalling the loop for 25 ms at once.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ KEEP_TASKS = 40  # running, recent and dead-letter tasks listed, each
 KEEP_KEYS = 200  # colony memory keys listed
 HISTORY = 600  # chart points kept (five minutes at the default period)
 WINDOW = 10.0  # seconds of finished tasks the latency percentiles cover
-MAX_SCAN_SHARE = 0.02  # of the loop's time, for the pass over live tasks
+SCAN_CHUNK = 10_000  # live tasks counted per snapshot (~2 ms): a long queue takes several
 
 
 @dataclass(slots=True)
@@ -110,8 +112,12 @@ class Observer:
         self._latency = Histogram()
         self._recent: deque[tuple[float, float]] = deque(maxlen=20_000)  # (done at, e2e)
         self._history: deque[tuple[float | int | None, ...]] = deque(maxlen=HISTORY)
-        self._scan: tuple[dict[str, int], dict[str, int]] = ({}, {})
-        self._next_scan = 0.0
+        self._scan: dict[str, int] = {}  # queued tasks per capability, last full count
+        self._scan_keys: list[str] | None = None
+        self._scan_pos = 0
+        self._scan_acc: dict[str, int] = {}
+        self._submitted: dict[str, int] = {}
+        self._last_order = -1  # the newest submission counted (scheduler's task.order)
         # Operator commands from other threads, run by the loop at its next publish.
         self._commands: deque[tuple[str, str, Future[dict[str, Any]]]] = deque(maxlen=64)
 
@@ -149,16 +155,12 @@ class Observer:
         if self._commands:
             self._run_commands(core, now)
         sched = core.scheduler
-        self._read_finished(sched.done)
-        if now >= self._next_scan:
-            self._scan = self._scan_live(sched.tasks)
-            cost = time.perf_counter() - t0
-            self._next_scan = now + max(self.period, cost / MAX_SCAN_SHARE)
-        queued_by, live_by = self._scan
+        fresh = self._read_finished(sched.done)
+        self._count_submitted(sched.tasks, fresh)
+        self._scan_step(sched.tasks)
+        queued_by = self._scan
         caps = self._caps
-        submitted = dict(caps.finished)
-        for cap, n in live_by.items():
-            _bump(submitted, cap, n)
+        submitted = self._submitted
         wall = wall_offset
         foragers: list[dict[str, Any]] = []
         running: list[dict[str, Any]] = []
@@ -217,7 +219,7 @@ class Observer:
             "running": in_flight,
             "queued": queued_total,
             "queues": queued_by,
-            "submitted": submitted,
+            "submitted": dict(submitted),
             "completed": dict(caps.completed),
             "failed": dict(caps.failed),
             "cancelled": dict(caps.cancelled),
@@ -242,8 +244,28 @@ class Observer:
         self.latest = snap  # one reference swap: readers see the old or the new, whole
         return snap
 
-    def _read_finished(self, done: Any) -> None:
-        """Count the tasks finished since the last snapshot (``done`` is in finish order)."""
+    def _count_submitted(self, tasks: dict[str, Task], finished: list[Task]) -> None:
+        """Count the submissions since the last snapshot, exactly and in O(new): tasks
+        are numbered in submission order (``order``) and the live ones sit in ``tasks`` in
+        that order, so the new ones are its tail — and those already finished are among
+        the tasks that just finished."""
+        last = top = self._last_order
+        sub = self._submitted
+        for tid in reversed(tasks):
+            t = tasks[tid]
+            if t.order <= last:
+                break
+            sub[t.capability] = sub.get(t.capability, 0) + 1
+            top = max(top, t.order)
+        for t in finished:
+            if t.order > last:
+                sub[t.capability] = sub.get(t.capability, 0) + 1
+                top = max(top, t.order)
+        self._last_order = top
+
+    def _read_finished(self, done: Any) -> list[Task]:
+        """Count the tasks finished since the last snapshot (``done`` is in finish
+        order); returns them."""
         fresh: list[Task] = []
         stop = self._last_done
         for tid in reversed(done):
@@ -251,7 +273,7 @@ class Observer:
                 break
             fresh.append(done[tid])
         if not fresh:
-            return
+            return fresh
         self._last_done = fresh[0].id
         caps = self._caps
         for task in reversed(fresh):
@@ -278,17 +300,28 @@ class Observer:
                 self._queue_wait.observe(max(0.0, first - task.submitted))
             if last is not None and state != "cancelled":
                 self._run_time.observe(max(0.0, end - last))
+        return fresh
 
-    @staticmethod
-    def _scan_live(tasks: dict[str, Task]) -> tuple[dict[str, int], dict[str, int]]:
-        queued: dict[str, int] = {}
-        live: dict[str, int] = {}
-        for t in list(tasks.values()):
-            cap = t.capability
-            live[cap] = live.get(cap, 0) + 1
-            if t.state == QUEUED:
-                queued[cap] = queued.get(cap, 0) + 1
-        return queued, live
+    def _scan_step(self, tasks: dict[str, Task]) -> None:
+        """Count up to SCAN_CHUNK more live tasks' queued ones by capability; a
+        finished pass becomes the depths shown."""
+        if self._scan_keys is None:
+            self._scan_keys = list(tasks)  # the ids now: later ones wait for the next pass
+            self._scan_pos = 0
+            self._scan_acc = {}
+        keys = self._scan_keys
+        start = self._scan_pos
+        end = min(len(keys), start + SCAN_CHUNK)
+        queued = self._scan_acc
+        get = tasks.get
+        for tid in keys[start:end]:
+            t = get(tid)
+            if t is not None and t.state == QUEUED:  # (None: finished meanwhile)
+                queued[t.capability] = queued.get(t.capability, 0) + 1
+        self._scan_pos = end
+        if end >= len(keys):
+            self._scan = self._scan_acc
+            self._scan_keys = None
 
 
 def _last(od: Any, n: int) -> list[Task]:
