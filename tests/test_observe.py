@@ -337,7 +337,8 @@ def test_cli_queen_http_and_top(procs: Procs) -> None:
 def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     from meshant.observe import snapshot
 
-    monkeypatch.setattr(snapshot, "SCAN_CHUNK", 3)
+    monkeypatch.setattr(snapshot, "SCAN_SLICE", 3)
+    monkeypatch.setattr(snapshot, "SCAN_BUDGET", -1.0)  # one slice per snapshot
     sim = SimColony()
     obs = Observer()
     c = sim.client()
