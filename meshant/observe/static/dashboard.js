@@ -65,6 +65,7 @@
     rows("queues", [...caps].sort(), (tr, c) => {
       cell(tr, c); cell(tr, s.queues[c] || 0); cell(tr, s.submitted[c] || 0);
       cell(tr, s.completed[c] || 0); cell(tr, s.failed[c] || 0);
+      const b = s.breakers.capabilities[c] || "closed"; cell(tr, b, "s-" + b);
     });
     rows("running", s.running_tasks, (tr, t) => {
       taskRow(tr, t);
