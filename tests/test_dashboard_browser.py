@@ -94,9 +94,9 @@ def test_dashboard_live_in_chromium(procs: Procs, browser: Any, tmp_path: Path) 
     assert not t.is_alive() and done
 
     # Clicking a finished task shows its audit timeline.
-    row = page.locator("#recent tr[data-task]").first
-    task_id = row.get_attribute("data-task")
-    row.click()
+    # (The list re-renders as tasks finish: the row is found again by its task id.)
+    task_id = page.locator("#recent tr[data-task]").first.get_attribute("data-task")
+    page.locator(f"#recent tr[data-task='{task_id}']").click()
     page.wait_for_selector("#task-detail:not([hidden])")
     assert page.locator("#detail-id").inner_text() == task_id
     wait_for(lambda: "completed" in page.locator("#timeline").inner_text(), 10,
