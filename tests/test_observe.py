@@ -354,3 +354,44 @@ def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> No
     assert [s["submitted"]["later"] for s in subs] == [10, 10, 10]
     assert subs[0]["queues"] == {"later": 8} and subs[0]["cancelled"] == {"later": 1}
     assert subs[-1]["queues"] == {"later": 9}
+
+
+def test_snapshot_of_a_standby() -> None:
+    sim = SimColony()
+    obs = Observer()
+    assert obs.publish(sim.core, sim.now, 0.0)["role"] == "leader"
+    sim.core.standby = {"role": "standby", "term": 3, "leader": "tcp://10.0.0.1:5670"}
+    sim.core.term = 3
+    s = obs.publish(sim.core, sim.now, 0.0)
+    assert (s["role"], s["term"], s["leader"]) == ("standby", 3, "tcp://10.0.0.1:5670")
+    assert obs.role == "standby"
+
+
+@pytest.mark.slow
+def test_leader_and_standby_over_http(procs: Procs, tmp_path: Any, pg_url: str) -> None:
+    urls: dict[str, str] = {}
+    pids: dict[str, subprocess.Popen[str]] = {}
+    for name in ("qa", "qb"):
+        p, info = procs.start("queen", "--name", name, "--bind", f"ipc://{tmp_path}/{name}",
+                              "--pub", f"ipc://{tmp_path}/{name}-pub", "--json",
+                              "--journal", pg_url, "--lease", "1.0", "--hb-interval", "0.2",
+                              "--http", "127.0.0.1:0")
+        urls[name], pids[name] = info["http"], p
+        if name == "qa":  # qa leads before qb starts
+            wait_for(lambda: json.loads(_get(urls["qa"] + "healthz")[1]).get("role")
+                     == "leader", 15, "qa to lead")
+
+    def health(name: str, leader: bool = False) -> tuple[int, dict[str, Any]]:
+        status, body = _get(urls[name] + "healthz" + ("?leader" if leader else ""))
+        return status, json.loads(body)
+
+    st, h = wait_for(lambda: (r := health("qb"))[1].get("role") == "standby" and r, 15,
+                     "qb's snapshot")
+    assert st == 200 and h["leader"] == f"ipc://{tmp_path}/qa" and h["term"] >= 1
+    assert health("qb", leader=True)[0] == 503  # a load balancer sends work to the leader
+    assert health("qa", leader=True)[0] == 200
+    metrics = _get(urls["qb"] + "metrics")[1].decode()
+    assert "meshant_queen_leader 0.0" in metrics
+    pids["qa"].kill()  # the leader dies: the standby takes over, and says so
+    wait_for(lambda: health("qb", leader=True)[0] == 200, 20, "qb to lead")
+    assert "meshant_queen_leader 1.0" in _get(urls["qb"] + "metrics")[1].decode()

@@ -141,6 +141,11 @@ class _Collector:
         yield g
         yield GaugeMetricFamily("meshant_queen_uptime_seconds", "Seconds since this queen "
                                 "started serving.", value=q["uptime"])
+        yield GaugeMetricFamily("meshant_queen_leader", "1 while this queen leads the colony, "
+                                "0 while it is a standby.",
+                                value=1 if s["role"] == "leader" else 0)
+        yield GaugeMetricFamily("meshant_queen_term", "The leadership term this queen serves "
+                                "(0 without a shared journal).", value=s["term"])
 
     def describe(self) -> list[Any]:
         return []

@@ -131,15 +131,20 @@ class ObserveServer:
     def metrics(self) -> tuple[bytes, str]:
         return exposition(self._registry)
 
-    def health(self) -> tuple[int, dict[str, Any]]:
+    def health(self, leader_only: bool = False) -> tuple[int, dict[str, Any]]:
+        """200 when the loop publishes (and, with ``leader_only``, this queen leads)."""
         snap = self.observer.latest
         if snap is None:
             return 503, {"status": "starting", "role": self.observer.role}
         age = max(0.0, time.time() - snap["time"])
         # A loop that stopped publishing is a stuck queen: tell the supervisor.
         ok = age < max(5.0, 10 * self.observer.period)
-        return (200 if ok else 503), {"status": "ok" if ok else "stalled",
-                                      "role": snap["role"], "name": snap["queen"]["name"],
+        status = "ok" if ok else "stalled"
+        if ok and leader_only and snap["role"] != "leader":
+            ok, status = False, "standby"
+        return (200 if ok else 503), {"status": status,
+                                      "role": snap["role"], "term": snap["term"],
+                                      "leader": snap["leader"], "name": snap["queen"]["name"],
                                       "epoch": snap["queen"]["epoch"],
                                       "snapshot_age": round(age, 3),
                                       "foragers": len(snap["foragers"]),
@@ -241,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         srv = self.server_ref
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         try:
             if path in ("/", "/index.html"):
                 path = "/static/index.html"
@@ -249,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body, ctype = srv.metrics()
                 self._send(200, body, ctype)
             elif path == "/healthz":
-                status, obj = srv.health()
+                status, obj = srv.health(leader_only="leader" in query.split("&"))
                 self._json(status, obj)
             elif path == "/api/snapshot":
                 snap = srv.snapshot_json()

@@ -93,15 +93,17 @@ class Observer:
     """Builds and holds the latest snapshot of a queen (see the module's docstring).
 
     The driver calls :meth:`publish` once ``now`` reaches :attr:`next`, and tells
-    :meth:`wrote` how long each journal write took. ``role`` is what
-    ``/healthz`` and the dashboard say this queen is ("leader" until a standby exists).
+    :meth:`wrote` how long each journal write took. :attr:`role` is what the last
+    snapshot found the queen to be: ``leader``, or ``standby`` while another queen holds
+    the shared journal's lease.
     """
 
-    def __init__(self, *, period: float = 0.5, role: str = "leader") -> None:
+    def __init__(self, *, period: float = 0.5) -> None:
         if period <= 0:
             raise ValueError("period must be > 0")
         self.period = period
-        self.role = role
+        self.role = "leader"
+        self._core: object = None
         self.latest: dict[str, Any] | None = None
         self.journal_seconds = 0.0
         self.journal_writes = 0
@@ -154,6 +156,13 @@ class Observer:
         """Rebuild the snapshot from ``core`` (in the loop's thread) and publish it."""
         t0 = time.perf_counter()
         self.next = now + self.period
+        if core is not self._core:
+            # A queen that takes over or steps down gets a new core: start reading it afresh
+            # (the counters go on from where they were).
+            self._core = core
+            self._last_done = None
+            self._last_order = -1
+            self._scan_keys = None
         if self._commands:
             self._run_commands(core, now)
         sched = core.scheduler
@@ -205,11 +214,16 @@ class Observer:
         mem_items = core.memory.items
         self._seq += 1
         info = core.info
+        standby = core.standby
+        self.role = role = "leader" if standby is None else "standby"
         snap: dict[str, Any] = {
             "seq": self._seq,
             "time": round(now + wall, 3),
             "period": self.period,
-            "role": self.role,
+            "role": role,
+            # A standby's own term may lag; its hint carries the leader's.
+            "term": standby.get("term", core.term) if standby is not None else core.term,
+            "leader": standby.get("leader") if standby is not None else None,
             "queen": {"name": core.name, "colony": core.config.colony, "epoch": core.epoch,
                       "endpoint": info.endpoint, "pub": info.pub, "pid": info.pid,
                       "host": info.host, "uptime": round(now - info.started, 3)},

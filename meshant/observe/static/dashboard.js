@@ -39,7 +39,8 @@
   function render(s) {
     last = s;
     text($("queen-name"), s.queen.name);
-    text($("role"), s.role);
+    text($("role"), s.role + (s.term ? " · term " + s.term : "") +
+      (s.leader ? " · leader at " + s.leader : ""));
     text($("colony"), "colony " + s.queen.colony);
     text($("uptime"), "up " + fmtSecs(s.queen.uptime));
     text($("stat-submitted"), sum(s.submitted));
