@@ -395,3 +395,17 @@ def test_leader_and_standby_over_http(procs: Procs, tmp_path: Any, pg_url: str) 
     pids["qa"].kill()  # the leader dies: the standby takes over, and says so
     wait_for(lambda: health("qb", leader=True)[0] == 200, 20, "qb to lead")
     assert "meshant_queen_leader 1.0" in _get(urls["qb"] + "metrics")[1].decode()
+
+
+def test_healthz_says_stalled_when_the_loop_stops_publishing() -> None:
+    from meshant.observe.server import ObserveServer
+
+    sim = SimColony()
+    obs = Observer()
+    srv = ObserveServer(obs, "127.0.0.1:0")  # not started: health() reads the observer only
+    assert srv.health()[0] == 503 and srv.health()[1]["status"] == "starting"
+    obs.publish(sim.core, time.monotonic(), 0.0)
+    assert srv.health()[0] == 200
+    obs.publish(sim.core, time.monotonic() - 60, 0.0)  # the loop's last word a minute ago
+    status, h = srv.health()
+    assert status == 503 and h["status"] == "stalled"

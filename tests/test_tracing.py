@@ -78,15 +78,22 @@ def test_no_span_no_traceparent() -> None:
 
 
 def test_without_opentelemetry_nothing_is_imported() -> None:
-    # A fresh interpreter where opentelemetry cannot be imported: a submission carries no
-    # traceparent and nothing of opentelemetry is loaded.
+    # Fresh interpreters: one where opentelemetry cannot be imported, one where it is
+    # installed but the program does not use it. Either way a submission carries no
+    # traceparent and meshant loads nothing of opentelemetry.
     code = (
-        "import sys; sys.modules['opentelemetry'] = None\n"
+        "import sys\n"
+        "if sys.argv[1] == 'blocked': sys.modules['opentelemetry'] = None\n"
+        "from meshant import Client, Forager, Queen\n"
         "from meshant.observe import tracing\n"
-        "from meshant import protocol as p\n"
+        "q = Queen('tcp://127.0.0.1:0', 'tcp://127.0.0.1:0').start()\n"
+        "f = Forager(q.endpoint, name='f'); f.add_handler('echo', lambda x: x); f.start()\n"
+        "with Client(q.endpoint) as c: assert c.run('echo', 1, result_timeout=10) == 1\n"
+        "f.stop(); q.stop()\n"
         "assert tracing.current() is None and not tracing.available()\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry.')]\n"
         "print('ok')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd=ROOT)
-    assert r.stdout.strip() == "ok", r.stderr
+    for mode in ("blocked", "installed"):
+        r = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT)
+        assert r.stdout.strip() == "ok", (mode, r.stderr)

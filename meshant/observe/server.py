@@ -136,7 +136,8 @@ class ObserveServer:
         snap = self.observer.latest
         if snap is None:
             return 503, {"status": "starting", "role": self.observer.role}
-        age = max(0.0, time.time() - snap["time"])
+        # The loop's clock, not the wall's: a stepped wall clock is no stall.
+        age = max(0.0, time.monotonic() - self.observer.published)
         # A loop that stopped publishing is a stuck queen: tell the supervisor.
         ok = age < max(5.0, 10 * self.observer.period)
         status = "ok" if ok else "stalled"

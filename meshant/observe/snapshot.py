@@ -105,6 +105,7 @@ class Observer:
         self.role = "leader"
         self._core: object = None
         self.latest: dict[str, Any] | None = None
+        self.published = 0.0  # the driver's ``now`` (monotonic) at the latest snapshot
         self.journal_seconds = 0.0
         self.journal_writes = 0
         self.next = 0.0
@@ -257,6 +258,7 @@ class Observer:
             "history": list(self._history),
             "build_seconds": round(time.perf_counter() - t0, 6),
         }
+        self.published = now
         self.latest = snap  # one reference swap: readers see the old or the new, whole
         return snap
 

@@ -7,35 +7,38 @@ scheduling span (from submission to assignment) as that span's child and forward
 runs the handler inside a span that is the queen's span's child. One task, one connected
 trace across three processes.
 
-All of it only when ``opentelemetry-api`` is installed (``meshant[otel]``); the first use
-tries the import once, and without it every function here returns at once and nothing
-changes on the wire. Spans go wherever the process's tracer provider sends them.
+All of it only when the process uses OpenTelemetry (``meshant[otel]``): meshant never
+imports it itself — a program that traces has imported ``opentelemetry.trace`` already
+(to configure a provider or open a span), and only then does meshant look for spans.
+Otherwise every function here returns at once (one dictionary lookup) and nothing changes
+on the wire. Spans go wherever the process's tracer provider sends them.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 TRACEPARENT = "traceparent"
-_api: Any = None  # the opentelemetry modules once looked for; False: not installed
+_api: Any = None  # (trace, propagate) once the program has loaded opentelemetry
 
 
 def _otel() -> Any:
     global _api
     if _api is None:
-        try:
-            from opentelemetry import propagate, trace
-        except ImportError:
-            _api = False
-        else:
-            _api = (trace, propagate)
-    return _api or None
+        trace = sys.modules.get("opentelemetry.trace")
+        if trace is None:
+            return None  # the program does not trace: import nothing (it takes ~80 ms)
+        from opentelemetry import propagate  # part of the same package, already installed
+
+        _api = (trace, propagate)
+    return _api
 
 
 def available() -> bool:
-    """Whether opentelemetry-api is installed (tried once)."""
+    """Whether this process uses OpenTelemetry (has loaded ``opentelemetry.trace``)."""
     return _otel() is not None
 
 
