@@ -25,14 +25,16 @@ def test_killed_forager_detected_by_heartbeats(procs: Procs) -> None:
     _, ep = procs.queen(*HB)  # assign_timeout stays 300 s: only liveness can save the task
     victim, _ = procs.forager(ep, "--name", "victim")
     with Client(ep) as c:
-        fut = c.submit("sleep", {"seconds": 1.0})
+        # Long enough that the victim is still at it once the rescuer has started (a
+        # second was not, on a loaded machine).
+        fut = c.submit("sleep", {"seconds": 2.5})
         wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", what="accept")
         procs.forager(ep, "--name", "rescuer")
         t0 = time.monotonic()
         victim.send_signal(signal.SIGKILL)
-        assert fut.result(15) == {"seconds": 1.0}
+        assert fut.result(15) == {"seconds": 2.5}
         took = time.monotonic() - t0
-        assert took < 1.0 + 1.0 + 3.0  # hb_interval x misses + task time + slack
+        assert took < 1.0 + 2.5 + 3.0  # hb_interval x misses + task time + slack
         ts = c.task_status(fut.task_id)
         assert ts["attempt"] == 2 and any("went silent" in h[2] for h in ts["history"])
         assert c.status()["counters"]["completed"] == 1

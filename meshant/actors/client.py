@@ -36,6 +36,7 @@ from meshant.errors import (
     TooLarge,
     from_error_body,
 )
+from meshant.observe import tracing
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.client")
@@ -358,6 +359,9 @@ class Client(Conversations, Peer, GraphClient):
         if retry_cap is not None:
             body["retry_cap"] = retry_cap
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
+        tp = tracing.current()
+        if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])
+            msg.extra = {tracing.TRACEPARENT: tp}
         try:
             frames = self._encode(msg)
         except p.ProtocolError as e:

@@ -9,6 +9,7 @@ called, is :mod:`meshant.actors.handlers`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import signal
@@ -28,6 +29,7 @@ from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.actors.workers import Workers
 from meshant.errors import MeshantError, from_error_body
+from meshant.observe import tracing
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
@@ -350,14 +352,14 @@ class Forager(Peer):
     def _on_assigns(self, msg: p.Message) -> None:
         for body in msg.b["assigns"]:
             if isinstance(body, dict) and isinstance(body.get("id"), str):
-                self._assign(body["id"], body)
+                self._assign(body["id"], body, body.get("traceparent"))
             else:
                 log.warning("%s: malformed entry in task.assigns", self.name)
 
     def _on_assign(self, msg: p.Message) -> None:
-        self._assign(msg.id, msg.b)
+        self._assign(msg.id, msg.b, msg.extra.get(tracing.TRACEPARENT) if msg.extra else None)
 
-    def _assign(self, ref: str, body: dict[str, Any]) -> None:
+    def _assign(self, ref: str, body: dict[str, Any], trace: Any = None) -> None:
         cap = body.get("capability") or body.get("node") or ""
         h = self.handlers.get(cap)
         if h is None or self.draining:
@@ -373,6 +375,11 @@ class Forager(Peer):
         self.running[ref] = ctx
         self._accepts[ref] = time.monotonic() + ACCEPT_DELAY
         payload = p.unwrap_blob(body.get("payload"))
+        if isinstance(trace, str) and h.batch is None:
+            # The handler's span is the child of the queen's scheduling span (meshant[otel]).
+            h = dataclasses.replace(h, fn=tracing.traced(h.fn, trace, {
+                "meshant.task": ctx.task_id, "meshant.capability": cap,
+                "meshant.attempt": ctx.attempt}, h.is_async))
         if h.inline:
             self._run_one(h, payload, ctx)
         elif h.batch is not None:

@@ -39,6 +39,7 @@ from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
 from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import ConfigError, MeshantError
+from meshant.observe import tracing
 from meshant.storage import JournalError, is_postgres, open_journal
 from meshant.storage.conversation import batch as conversation_batch
 from meshant.storage.graphs import batch as graph_batch
@@ -46,6 +47,7 @@ from meshant.storage.leadership import Leadership
 
 log = logging.getLogger("meshant.queen")
 
+_ASSIGNS = frozenset({"task.assign", "task.assigns"})
 ROUTER_RCVHWM = 1000  # messages queued from one peer before TCP holds it back
 
 
@@ -123,6 +125,14 @@ class Queen:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # --http: the loop publishes a snapshot that the HTTP side reads (meshant.observe).
+        self.observer: Any = None
+        self._http: Any = None
+        if c.http is not None:
+            from meshant.observe import http_side
+
+            self.observer, self._http = http_side(c.http, c.http_token, lambda: self.endpoint,
+                                                 self._waker.wake)
 
     def _new_core(self, now: float, restore: bool) -> QueenCore:
         """A core: restored from the journal (this queen leads), or a standby's."""
@@ -247,6 +257,11 @@ class Queen:
     def restored(self) -> int:
         return self.core.restored
 
+    @property
+    def http_url(self) -> str | None:
+        """The dashboard's address once serving (``--http``), else None."""
+        return self._http.url if self._http is not None and self.endpoint else None
+
     def status(self) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows); safe from
         any thread."""
@@ -343,9 +358,14 @@ class Queen:
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),
                               host=socket.gethostname(), advertised=self.advertiser is not None,
                               started=time.monotonic())
+            if self._http is not None:
+                self.observer.publish(core, time.monotonic(), self._wall_offset)
+                self._http.start()
             self._ready.set()
             self._loop(router)
         finally:
+            if self._http is not None:
+                self._http.stop()
             if self.advertiser is not None:
                 self.advertiser.close()  # unregistered: joiners see the queen go
             if self.leadership is not None:
@@ -418,6 +438,7 @@ class Queen:
         recv_frames = _zio.recv_frames
         curve = self.curve is not None
         leadership = self.leadership
+        obs = self.observer
         while not self._stop.is_set():
             if leadership is not None:
                 # Before anything is read: a queen that slept past its lease (SIGSTOP,
@@ -470,10 +491,16 @@ class Queen:
             core.end_turn(now)
             if core.out:
                 self._carry_out(core.take())
+            if obs is not None and now >= obs.next:
+                obs.publish(core, now, self._wall_offset)
         if self._leading:
             self.core.farewell(time.monotonic())
             self._carry_out(self.core.take())
             self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
+
+    def _submitted(self, task_id: str) -> float | None:
+        task = self.core.scheduler.tasks.get(task_id)
+        return task.submitted + self._wall_offset if task is not None else None
 
     def _carry_out(self, actions: list[Any]) -> None:
         """Do what the core decided, in order: a journal record before what follows it."""
@@ -483,6 +510,8 @@ class Queen:
         for a in actions:
             cls = a.__class__
             if cls is Send:
+                if self.core.traces and a.msg.kind in _ASSIGNS:
+                    tracing.assign_spans(a.msg, self._submitted)
                 try:
                     frames = encode_for(a.msg, a.codec)
                 except p.ProtocolError as e:
@@ -498,7 +527,10 @@ class Queen:
             elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
                 try:
                     if cls is Record:
+                        t0 = time.perf_counter()
                         self.journal.record(a.tasks, self._wall_offset)
+                        if self.observer is not None:
+                            self.observer.wrote(time.perf_counter() - t0)
                     elif cls is Remember:  # conversations: meshant.storage.conversation
                         self.journal.write(conversation_batch(a.questions, a.updates, a.kept,
                                                               a.unkept, a.to))

@@ -27,6 +27,7 @@ from meshant.cli import (
     keys,
     queen,
     tasks,
+    top,
 )
 
 
@@ -50,7 +51,7 @@ def main(verbose: int) -> None:
 
 
 for _module in (queen, forager, tasks, converse, graph, control, dlq, journal, keys, discover, demo,
-                bench, conformance):
+                bench, conformance, top):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

@@ -103,6 +103,13 @@ def _stop_on_signals(stop: Any) -> None:
               help="Consecutive failing tasks that open a forager's or capability's circuit.")
 @click.option("--breaker-cooldown", type=float, default=30.0, show_default=True,
               help="Seconds an open circuit waits before letting one trial through.")
+@click.option("--http", envvar="MESHANT_HTTP", show_envvar=True, metavar="[HOST:]PORT",
+              help="Serve /metrics (Prometheus), /healthz and a live dashboard on this "
+                   "address (a bare PORT is on loopback; 0 picks one). Needs "
+                   "meshant[dashboard]. Off by default.")
+@click.option("--http-token", envvar="MESHANT_HTTP_TOKEN", show_envvar=True, metavar="TOKEN",
+              help="Allow the dashboard's actions (drain, halt, cancel, dlq retry) to "
+                   "requests bearing this token; without it the dashboard is read-only.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, max_graph_nodes: int, no_forager_wait: float,
@@ -114,7 +121,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           journal: str | None, durability: str, lease: float, retention: float,
           retention_count: int,
           retry_base: float, retry_cap: float,
-          breaker_threshold: int, breaker_cooldown: float, as_json: bool) -> None:
+          breaker_threshold: int, breaker_cooldown: float, http: str | None,
+          http_token: str | None, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
     from meshant.core.queen import QueenConfig
@@ -133,7 +141,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
             max_graph_nodes=max_graph_nodes, advertise=advertise,
             mdns_interfaces=tuple(mdns_interfaces) or None,
-            curve_secret=curve_secret, authorized=authorized)
+            curve_secret=curve_secret, authorized=authorized, http=http,
+            http_token=http_token)
         q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -144,6 +153,10 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
         click.echo(f"warning: {bind} is reachable beyond this machine and CURVE is off: "
                    "anyone who can connect can join, read broadcasts and submit work. Use "
                    "--curve-secret/--authorized (see docs/security.md).", err=True)
+    if http is not None and not _loopback_http(http):
+        click.echo(f"warning: --http {http} serves the dashboard and metrics beyond this "
+                   "machine: they name your foragers and tasks"
+                   + ("" if http_token else " (read-only: no --http-token)"), err=True)
     _stop_on_signals(q.stop)
     signal.signal(signal.SIGHUP, lambda *_: q.reload_keys())
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
@@ -156,17 +169,31 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
         click.echo(f"meshant queen {name!r} stopped", err=True)
 
 
+def _loopback_http(http: str) -> bool:
+    import ipaddress
+
+    from meshant.observe.server import parse_http
+
+    host = parse_http(http)[0]
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _announce(q: Any, as_json: bool) -> None:
     if not q.wait_ready(30):
         return
     if as_json:
         click.echo(json.dumps({"event": "ready", "name": q.name, "router": q.endpoint,
                                "pub": q.pub_endpoint, "epoch": q.epoch, "colony": q.colony,
-                               "advertised": q.advertiser is not None, "role": q.role}))
+                               "advertised": q.advertiser is not None, "role": q.role,
+                               "http": q.http_url}))
     else:
         click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
                    f"epoch={q.epoch}" + ("" if q.leadership is None else
-                                         f" role={q.role} (leads once it holds the lease)"))
+                                         f" role={q.role} (leads once it holds the lease)")
+                   + (f" http={q.http_url}" if q.http_url else ""))
     sys.stdout.flush()
 
 

@@ -210,6 +210,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
         mono = self._now
         wall = self._wall(mono)
         by_id = self.registry.by_id
+        traces = self.traces
         # Per peer, in one turn: results for a client, assignments for a forager travel
         # as one message when the peer negotiated batching. Anything else sent to that
         # peer first flushes its batch, so the order of what it receives never changes.
@@ -228,12 +229,15 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
                     body["deadline"] = wall + left
                 if node.codec == JSON or task.id[:3] == "tg:":
                     body["node"] = task.id  # a graph node's: "tg:<graph>/<node>"
+                tp = traces.get(task.id) if traces else None
                 if "batch" in node.features:
                     body["id"] = att.id
+                    if tp is not None:
+                        body["traceparent"] = tp
                     assigns.setdefault(node.identity, (node, []))[1].append(body)
                     continue
                 self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
-                                           ts=wall))
+                                           ts=wall, extra={"traceparent": tp} if tp else None))
             elif what == "watch":
                 self._send_to(action[1], BINARY, p.Message(
                     "task.result", action[3], to=action[2], ref=action[3]["task"], ts=wall))
@@ -245,6 +249,8 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
                                            ref=att.id, ts=wall))
             else:
                 task, kind, body = action[1], action[2], action[3]
+                if traces and task.final is not None:
+                    traces.pop(task.id, None)
                 client = task.client
                 if kind != "task.result" or body.get("partial"):
                     # Progress and partial results reach only clients that negotiated them.
@@ -268,7 +274,9 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
     def _send_assigns(self, node: Node, items: list[dict[str, Any]]) -> None:
         if len(items) == 1:
             body = items[0]
-            self._send(node, p.Message("task.assign", body, id=body.pop("id"), to=node.name))
+            tp = body.pop("traceparent", None)
+            self._send(node, p.Message("task.assign", body, id=body.pop("id"), to=node.name,
+                                       extra={"traceparent": tp} if tp else None))
         else:
             self._send(node, p.Message("task.assigns", {"assigns": items}, to=node.name))
 

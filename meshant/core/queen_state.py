@@ -86,6 +86,8 @@ class QueenConfig:
     mdns_interfaces: tuple[str, ...] | None = None
     curve_secret: str | None = None
     authorized: str | None = None
+    http: str | None = None
+    http_token: str | None = None
 
     @property
     def derived_pub_hwm(self) -> int:
@@ -209,6 +211,9 @@ class QueenState:
         self.standby: dict[str, Any] | None = None
         self.term = 0  # the leadership term this core serves (0: no shared journal)
         self.restored = 0
+        # Tasks submitted with a W3C traceparent (envelope extension): forwarded on their
+        # assignments, forgotten when they finish.
+        self.traces: dict[str, str] = {}
         if archive is not None:
             # Final tasks stay in the archive (the journal): looked up when asked for.
             self.scheduler.track_changes = True

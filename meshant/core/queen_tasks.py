@@ -104,6 +104,9 @@ class TaskHandlers(QueenState):
             self._error_to(identity, codec, DUPLICATE_TASK,
                            f"a task with id {msg.id!r} already exists", msg.id)
             return
+        tp = msg.extra.get("traceparent") if msg.extra else None
+        if isinstance(tp, str) and len(tp) <= 128:
+            self.traces[task.id] = tp
         if body.get("ack"):
             # Sent after this turn's assignments go out: the assign is on the critical
             # path of the task, the acknowledgement is not.
