@@ -74,6 +74,15 @@ class PgServer:
         self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l",
                   str(self.log), "-o", opts)
         self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        # If this test process dies without its teardown (killed, os._exit), a watchdog
+        # still stops the server: it outlives nothing that started it.
+        # (Only while its postmaster.pid still names that PID: never a reused one.)
+        pidfile = self.data / "postmaster.pid"
+        subprocess.Popen(["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; "
+                          f"done; [ \"$(head -1 {pidfile} 2>/dev/null)\" = {self.pid} ] && "
+                          f"kill -INT {self.pid}; sleep 2; rm -rf {self.dir}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
         """Stop the postmaster by its PID (SIGINT: PostgreSQL's fast shutdown)."""
