@@ -78,11 +78,19 @@ class PgServer:
         # still stops the server: it outlives nothing that started it.
         # (Only while its postmaster.pid still names that PID: never a reused one.)
         pidfile = self.data / "postmaster.pid"
-        subprocess.Popen(["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; "
-                          f"done; [ \"$(head -1 {pidfile} 2>/dev/null)\" = {self.pid} ] && "
-                          f"kill -INT {self.pid}; sleep 2; rm -rf {self.dir}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+        script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+                  f"[ \"$(head -1 {pidfile} 2>/dev/null)\" = {self.pid} ] && "
+                  f"kill -INT {self.pid}; sleep 2; rm -rf {self.dir}")
+        # posix_spawn, not Popen: nobody waits for it (it outlives this process), and a
+        # Popen left running warns when it is collected.
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.posix_spawnp("sh", ["sh", "-c", script], os.environ, setsid=True,
+                            file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                          (os.POSIX_SPAWN_DUP2, null, 1),
+                                          (os.POSIX_SPAWN_DUP2, null, 2)])
+        finally:
+            os.close(null)
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
         """Stop the postmaster by its PID (SIGINT: PostgreSQL's fast shutdown)."""

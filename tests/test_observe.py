@@ -409,3 +409,22 @@ def test_healthz_says_stalled_when_the_loop_stops_publishing() -> None:
     obs.publish(sim.core, time.monotonic() - 60, 0.0)  # the loop's last word a minute ago
     status, h = srv.health()
     assert status == 503 and h["status"] == "stalled"
+
+
+def test_snapshot_lists_tasks_waiting_for_input_and_running_graphs() -> None:
+    sim = SimColony()
+    obs = Observer()
+    c = sim.client()
+    f = sim.forager("f1", slots=2, tools=["echo"])
+    c.send("task.submit", {"capability": "echo", "payload": 1})
+    (a,) = sim.assigns(f)
+    f.send("task.ask", {"request": f"{a['id']}.q1", "prompt": "which?"}, ref=a["id"])
+    c.send("graph.submit", {"nodes": [
+        {"name": "x", "capability": "echo", "payload": 1},
+        {"name": "y", "capability": "echo", "payload": {"$result": "x"}}]}, id="g1")
+    s = obs.publish(sim.core, sim.now, 0.0)
+    assert s["waiting_input"] == 1
+    assert [t["task"] for t in s["waiting_input_tasks"]] == [a["task"]]
+    assert s["graphs_running"] == 1
+    assert s["graphs"] == [{"graph": "g1", "state": "running", "client": "client",
+                            "nodes": 2}]

@@ -107,6 +107,10 @@ class _Collector:
                                 value=s["slots_free"])
         yield GaugeMetricFamily("meshant_dead_letters", "Tasks in the dead-letter queue.",
                                 value=s["dead_letters"])
+        yield GaugeMetricFamily("meshant_tasks_waiting_input", "Running tasks that asked for "
+                                "input and wait for an answer.", value=s["waiting_input"])
+        yield GaugeMetricFamily("meshant_graphs_running", "Task graphs not yet ended.",
+                                value=s["graphs_running"])
         yield GaugeMetricFamily("meshant_memory_keys", "Keys in the colony memory.",
                                 value=s["memory"]["keys"])
         yield GaugeMetricFamily("meshant_heartbeats_missed", "Whole heartbeat intervals "

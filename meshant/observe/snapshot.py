@@ -71,6 +71,9 @@ def _bump(d: dict[str, int], k: str, n: int = 1) -> None:
     d[k] = d.get(k, 0) + n
 
 
+INPUT_REQUIRED = "input-required"
+
+
 def task_view(task: Task, now: float, wall: float) -> dict[str, Any]:
     """A task as the dashboard lists it, its audit timeline included (seconds since
     submission, state, why)."""
@@ -177,7 +180,7 @@ class Observer:
         foragers: list[dict[str, Any]] = []
         running: list[dict[str, Any]] = []
         by_state: dict[str, int] = {}
-        slots_free = missed = in_flight = 0
+        slots_free = missed = in_flight = waiting_input = 0
         monitor = core.registry.monitor
         breakers = sched.forager_breakers
         clients = 0
@@ -195,7 +198,9 @@ class Observer:
             _bump(by_state, node.state)
             slots_free += node.free
             in_flight += len(node.in_flight)
-            for att in list(node.in_flight.values())[:KEEP_TASKS - len(running)]:
+            atts = list(node.in_flight.values())
+            waiting_input += sum(1 for att in atts if att.task.state == INPUT_REQUIRED)
+            for att in atts[:KEEP_TASKS - len(running)]:
                 running.append(task_view(att.task, now, wall))
         gone = [g for g in list(core.registry.gone) if g.get("role") == "forager"]
         by_state["offline"] = len(gone)
@@ -255,6 +260,14 @@ class Observer:
             "running_tasks": running,
             "recent_tasks": recent,
             "dead_letter_tasks": dead,
+            # Tasks that asked for input and wait for an answer, and the running task
+            # graphs (their sizes only: counting a big graph's nodes is not loop work).
+            "waiting_input": waiting_input,
+            "waiting_input_tasks": [t for t in running if t["state"] == INPUT_REQUIRED],
+            "graphs_running": len(core.graphs.graphs),
+            "graphs": [{"graph": g.id, "state": g.state, "client": g.client_name,
+                        "nodes": len(g.nodes)}
+                       for g in list(core.graphs.graphs.values())[:KEEP_TASKS]],
             "history": list(self._history),
             "build_seconds": round(time.perf_counter() - t0, 6),
         }

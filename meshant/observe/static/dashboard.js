@@ -78,6 +78,17 @@
       cell(tr, t.capability); cell(tr, t.state, "s-" + t.state); cell(tr, t.attempt);
       const h = t.history; cell(tr, h.length ? fmtSecs(h[h.length - 1][0]) : "");
     });
+    text($("waiting-count"), "(" + s.waiting_input + ")");
+    rows("waiting", s.waiting_input_tasks, (tr, t) => {
+      taskRow(tr, t);
+      cell(tr, t.capability); cell(tr, t.forager);
+      const h = t.history; cell(tr, h.length ? fmtSecs(t.age - h[h.length - 1][0]) : "");
+    });
+    text($("graphs-count"), "(" + s.graphs_running + ")");
+    rows("graphs", s.graphs, (tr, g) => {
+      cell(tr, g.graph); cell(tr, g.state, "s-" + g.state); cell(tr, g.nodes);
+      cell(tr, g.client);
+    });
     rows("dlq", s.dead_letter_tasks, (tr, t) => {
       taskRow(tr, t);
       cell(tr, t.capability);
