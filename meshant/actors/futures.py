@@ -61,16 +61,23 @@ class TaskFuture(Future):  # type: ignore[type-arg]
 
         ``timeout`` bounds the wait for each update; TimeoutError when it passes.
         """
-        while True:
-            if self._pump is not None and self._updates.empty():
-                self._pump(lambda: not self._updates.empty(), timeout)
-            try:
-                u = self._updates.get(timeout=timeout if self._pump is None else 0)
-            except queue.Empty:
-                raise TimeoutError(f"no update for task {self.task_id} within {timeout} s")
-            if u is None:
-                return
-            yield u
+        return drain_updates(self._updates, self._pump, timeout, f"task {self.task_id}")
+
+
+def drain_updates(updates: queue.SimpleQueue[Any], pump: Any, timeout: float | None,
+                  what: str) -> Iterator[Any]:
+    """Yield from ``updates`` until its end mark (None); ``pump`` drives the socket when
+    the caller's thread is the I/O thread (an unthreaded client)."""
+    while True:
+        if pump is not None and updates.empty():
+            pump(lambda: not updates.empty(), timeout)
+        try:
+            u = updates.get(timeout=timeout if pump is None else 0)
+        except queue.Empty:
+            raise TimeoutError(f"no update for {what} within {timeout} s") from None
+        if u is None:
+            return
+        yield u
 
 
 def fail(fut: Future[Any], err: BaseException) -> None:

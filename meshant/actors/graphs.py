@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meshant import protocol as p
-from meshant.actors.futures import TaskFuture, fail
+from meshant.actors.futures import TaskFuture, drain_updates, fail
 from meshant.core.graph import GraphError, normalize
 from meshant.errors import GraphFailed, MeshantError, from_error_body
 
@@ -129,16 +129,7 @@ class GraphHandle:
     def updates(self, timeout: float | None = None) -> Iterator[GraphUpdate]:
         """Yield node updates until the graph ends (TimeoutError if none comes within
         ``timeout`` seconds)."""
-        while True:
-            if self._pump is not None and self._updates.empty():
-                self._pump(lambda: not self._updates.empty(), timeout)
-            try:
-                u = self._updates.get(timeout=timeout if self._pump is None else 0)
-            except queue.Empty:
-                raise TimeoutError(f"no update for graph {self.id} within {timeout} s")
-            if u is None:
-                return
-            yield u
+        return drain_updates(self._updates, self._pump, timeout, f"graph {self.id}")
 
     # -- from the I/O thread ----------------------------------------------------------------
 
