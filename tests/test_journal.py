@@ -16,6 +16,7 @@ from meshant.core.scheduler import DuplicateTask
 from meshant.core.tasks import Task
 from meshant.storage import is_postgres, open_journal
 from meshant.storage.journal import Journal
+from meshant.storage.records import SELECT
 
 from .conftest import Colony, Procs, wait_for
 from .test_cli import meshant
@@ -387,17 +388,25 @@ def test_a_version_1_journal_is_migrated_in_place(tmp_path: Path) -> None:
     assert _meta(path)["schema_version"] == "1"
     j = Journal(path)
     try:
-        assert _meta(path)["schema_version"] == "3"
+        assert _meta(path)["schema_version"] == "4"
         assert j.memory() == []  # version 3's table, empty
         (row,) = j.unfinished()
         assert row["id"] == "old" and row["idem_key"] == "k" and row["retry_base"] is None
         j.record([_finished(1, retry_base=0.25, retry_cap=2.0)], 0.0)
+        # Version 4: partial indexes, which a task written finished never enters, still
+        # serve a restart and a key lookup.
+        plan = str(j.db.execute("EXPLAIN QUERY PLAN " + SELECT + " WHERE final IS NULL OR "
+                                "dead != 0 ORDER BY created").fetchall())
+        assert "tasks_open" in plan
+        assert "tasks_key" in str(j.db.execute("EXPLAIN QUERY PLAN " + SELECT +
+                                               " WHERE idem_key=?", ("k",)).fetchall())
+        assert j.find_key("k") is not None and j.has("old") and not j.has("nope")
         r = j.find("t1")
         assert r is not None and (r["retry_base"], r["retry_cap"]) == (0.25, 2.0)
     finally:
         j.close()
     Journal(path).close()  # opening a current journal again changes nothing
-    assert _meta(path)["schema_version"] == "3"
+    assert _meta(path)["schema_version"] == "4"
 
 
 def _meta(path: Path) -> dict[str, str]:

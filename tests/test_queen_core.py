@@ -186,7 +186,7 @@ def test_a_rejoining_forager_is_told_to_stop_what_the_queen_does_not_hold() -> N
 def test_restart_recovery_from_a_journal(tmp_path: Path) -> None:
     db = str(tmp_path / "q.db")
     j = Journal(db)
-    sim = SimColony(journal=j)
+    sim = SimColony(journal=j, journal_defer=0)  # every task written as it arrives
     c = sim.client()
     f = sim.forager("f", slots=1)
     subs = [_submit(sim, c, payload=i) for i in range(3)]
@@ -230,6 +230,72 @@ def test_records_come_before_the_sends_of_their_turn() -> None:
     assert isinstance(actions[0], Record) and [t.id for t in actions[0].tasks] == ["t1"]
     sent = [a.msg.kind for a in actions if isinstance(a, Send)]
     assert sent == ["task.assign", "task.submitted"]
+
+
+def _journaled(j: Journal) -> dict[str, str]:
+    return {t["id"]: t["state"] for t in j.tasks(limit=100)}
+
+
+def test_a_young_submission_is_written_once_when_it_ends(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "q.db")
+    sim = SimColony(journal=j)  # journal_defer: 0.1 s by default
+    try:
+        c = sim.client()
+        f = sim.forager("f", slots=1)
+        quick = _submit(sim, c, payload=1)
+        (a,) = sim.assigns(f)  # assigned with nothing written yet: no commit ahead of it
+        assert sim.records == 0 and _journaled(j) == {}
+        _finish(f, a, "r")
+        assert sim.results(c)[quick.id]["result"] == "r"
+        # One write, of the finished task with its whole history, before its result left.
+        assert sim.records == 1 and _journaled(j) == {quick.id: "completed"}
+        assert [e["state"] for e in j.task(quick.id)["events"]] == [
+            "queued", "assigned", "accepted", "completed"]
+        # Not deferred: an acknowledged submission, one with an idempotency key, and a
+        # task that lives past the window (queued here: no forager is free).
+        acked = _submit(sim, c, payload=2, ack=True)
+        keyed = _submit(sim, c, payload=3, key="k3")
+        assert set(_journaled(j)) == {quick.id, acked.id, keyed.id}
+        slow = _submit(sim, c, payload=4)
+        assert slow.id not in _journaled(j)
+        sim.advance(0.05)
+        assert slow.id not in _journaled(j)
+        sim.advance(0.1)
+        assert _journaled(j)[slow.id] == "queued"
+        assert j.verify() == []
+    finally:
+        j.close()
+
+
+def test_a_task_accepted_by_its_forager_is_written_at_once(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "q.db")
+    sim = SimColony(journal=j, journal_defer=5.0)
+    try:
+        c = sim.client()
+        f = sim.forager("f", slots=1)
+        sub = _submit(sim, c, payload=1)
+        (a,) = sim.assigns(f)
+        assert _journaled(j) == {}
+        f.send("task.accept", {}, ref=a["id"])  # a handler running past the accept delay
+        assert _journaled(j) == {sub.id: "accepted"}
+    finally:
+        j.close()
+
+
+def test_a_clean_stop_writes_the_waiting_tasks(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "q.db")
+    sim = SimColony(journal=j, journal_defer=5.0)
+    try:
+        c = sim.client()
+        sub = _submit(sim, c, payload=1)
+        assert _journaled(j) == {}
+        sim.core.farewell(sim.now)
+        for a in sim.core.take():
+            if isinstance(a, Record):
+                j.record(a.tasks, 1e9)
+        assert _journaled(j) == {sub.id: "queued"}
+    finally:
+        j.close()
 
 
 # -- standing by, and colony memory in the journal --------------------------------------

@@ -73,6 +73,8 @@ class Queen:
         if c.durability not in ("process", "power"):
             raise ConfigError(f"durability {c.durability!r}: use 'process' (survive a killed "
                               "queen) or 'power' (survive a power cut too)")
+        if not 0 <= c.journal_defer <= 10:
+            raise ConfigError(f"journal_defer {c.journal_defer!r}: seconds between 0 and 10")
         self.bind = bind
         self.pub = pub
         self.name = c.name

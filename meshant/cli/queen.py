@@ -87,6 +87,12 @@ def _stop_on_signals(stop: Any) -> None:
                    "journal is committed before anything that depends on it is sent); "
                    "'power', a power cut too (an fsync per commit; with PostgreSQL, "
                    "synchronous_commit=on).")
+@click.option("--journal-defer", type=click.FloatRange(0.0, 10.0), default=0.1,
+              show_default=True, metavar="SECONDS", envvar="MESHANT_JOURNAL_DEFER",
+              show_envvar=True,
+              help="How long a young task's first journal write may wait: a submission "
+                   "without ack runs and is written once, when it ends (its client re-sends "
+                   "it after a queen restart). 0 writes every task in the turn it arrives.")
 @click.option("--lease", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True,
               help="With a PostgreSQL journal: seconds a leader's lease lasts; a standby "
                    "takes over this long after the leader stops renewing it.")
@@ -118,8 +124,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
           mdns_interfaces: tuple[str, ...], curve_secret: str | None, authorized: str | None,
           max_peers: int, max_message: int, peer_hwm: int, submit_rate: float,
-          journal: str | None, durability: str, lease: float, retention: float,
-          retention_count: int,
+          journal: str | None, durability: str, journal_defer: float, lease: float,
+          retention: float, retention_count: int,
           retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, http: str | None,
           http_token: str | None, as_json: bool) -> None:
@@ -135,7 +141,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             max_peers=max_peers, no_forager_wait=no_forager_wait, pub_hwm=pub_hwm,
             pub_buffer=pub_buffer, max_broadcast=max_broadcast, mem_max_keys=mem_max_keys,
             mem_max_value=mem_max_value, peer_hwm=peer_hwm, submit_rate=submit_rate,
-            journal=journal, durability=durability, lease=lease, retention=retention,
+            journal=journal, durability=durability, journal_defer=journal_defer,
+            lease=lease, retention=retention,
             retention_count=retention_count,
             retry_base=retry_base, retry_cap=retry_cap,
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,

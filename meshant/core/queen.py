@@ -122,10 +122,13 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
             sched.dispatch(now)
             if sched.dirty and self.graphs.graphs:
                 sched.dispatch(now)  # graph nodes that what dispatch ended unblocked
-        if sched.changed:
-            # Durable before anything about it leaves: one record per turn.
-            self.out.append(Record(list(sched.changed.values())))
+        if sched.changed or self.deferral.waiting:
+            # Durable before anything about it leaves: one record per turn. A young
+            # task's first write may wait for its end (core/journal_defer.py).
+            write = self.deferral.split(sched.changed.values(), now)
             sched.changed.clear()
+            if write:
+                self.out.append(Record(write))
         graphs = self.graphs
         if graphs.changed or graphs.changed_nodes:
             self.out.append(GraphRecord(*graphs.take_changes()))
@@ -169,6 +172,9 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
         every peer takes the queen for gone at once (and goes to another queen of its
         list, or waits for this one's return) instead of after its heartbeat timeout."""
         self._now = now
+        waiting = self.deferral.flush()
+        if waiting:  # a clean stop leaves every task it knows in the journal
+            self.out.append(Record(waiting))
         hb = p.Message("hb", {"epoch": f"{self.epoch}.stopped", "queen": self.name,
                               "state": "stopping"}, frm=self.name, ts=self._wall(now))
         self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from meshant import protocol as p
 from meshant.core.graph_book import GraphBook
+from meshant.core.journal_defer import Deferral
 from meshant.core.memory import DELETED, MemoryStore
 from meshant.core.policy import Backoff
 from meshant.core.registry import Node, Registry
@@ -77,6 +78,7 @@ class QueenConfig:
     retention_count: int = 100_000
     lease: float = 5.0
     durability: str = "process"
+    journal_defer: float = 0.1
     max_graph_nodes: int = 10_000
     retry_base: float = 0.5
     retry_cap: float = 30.0
@@ -222,6 +224,8 @@ class QueenState:
                                                    grace=self.registry.timeout * 2)
             self.graphs.track_changes = True  # graphs: journaled, and carried on
             self.graphs.restore(archive.unfinished_graphs(), now)
+        # Tasks whose first journal write may wait for their end (core/journal_defer.py).
+        self.deferral = Deferral(c.journal_defer)
         self.out: list[Action] = []
         self._mem_record: RecordMemory | None = None
         self._later: list[tuple[Node, p.Message]] = []

@@ -17,6 +17,7 @@ from meshant.core.queen_state import (
 )
 from meshant.core.registry import Node
 from meshant.core.scheduler import DuplicateTask, QueueFull, Task
+from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
 _RESULT = p.BY_NAME["task.result"]
@@ -94,7 +95,9 @@ class TaskHandlers(QueenState):
                     client=identity, client_name=node.name, priority=priority,
                     timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
                     max_attempts=max_attempts, wait=wait, key=key,
-                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"))
+                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"),
+                    defer=(key is None and codec == BINARY and node.role == "client"
+                           and not body.get("ack")))
         try:
             self.scheduler.submit(task, now, unknown=True)
         except QueueFull as e:

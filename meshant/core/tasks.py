@@ -78,6 +78,9 @@ class Task:
     dead: bool = False  # in the dead-letter queue
     retry_base: float | None = None  # this task's backoff, else the queen's
     retry_cap: float | None = None
+    # Its first journal write may wait (core/journal_defer.py): an IACP/2 client's
+    # submission without ack or key, which that client re-sends after a queen restart.
+    defer: bool = False
     _watchers: list[tuple[bytes, str, str]] | None = None
 
     @property

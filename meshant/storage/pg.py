@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from meshant.storage import conversation, graphs
-from meshant.storage.idfilter import IdFilter
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     EVENT,
@@ -182,7 +181,7 @@ class PgJournal(JournalReader):
         self.patience: Callable[[], bool] = lambda: False
         self._sql: dict[str, str] = {}
         self._log = TaskLog(self._tail)
-        self._ids: IdFilter | None = None
+        self._ids = None
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
         self._closed = False
@@ -285,22 +284,7 @@ class PgJournal(JournalReader):
 
     def record(self, tasks: Iterable[Any], to_wall: float) -> None:
         """Write what changed in ``tasks`` in one transaction (see ``write``)."""
-        batch = self._log.prepare(tasks, to_wall, time.time())
-        if self._ids is not None:
-            for row in batch.inserts:
-                self._ids.add(row[0])
-        self.write(batch)
-
-    def has(self, task_id: str) -> bool:
-        """Whether the journal holds this id: from the id filter when it is certainly
-        not there (no round trip), else one primary-key query."""
-        ids = self._ids
-        if ids is None or ids.full:
-            ids = self._ids = IdFilter(max(200_000, 2 * (ids.count if ids else 0)))
-            ids.update(r[0] for r in self._all("SELECT id FROM tasks"))
-        if task_id not in ids:
-            return False
-        return super().has(task_id)
+        self.write(self._noted(self._log.prepare(tasks, to_wall, time.time())))
 
     def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
         """Write colony memory changes (as the SQLite journal's ``record_memory``)."""

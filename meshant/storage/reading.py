@@ -8,7 +8,8 @@ from typing import Any
 
 from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
-from meshant.storage.records import COLS, SELECT, chain, unpack
+from meshant.storage.idfilter import IdFilter
+from meshant.storage.records import COLS, SELECT, Batch, chain, unpack
 
 
 class JournalReader:
@@ -60,9 +61,26 @@ class JournalReader:
                       (key,))
         return self._row(r) if r is not None else None
 
+    # The writer's filter of the ids it holds (None: not built yet, or a reader's).
+    _ids: IdFilter | None = None
+
     def has(self, task_id: str) -> bool:
-        """Whether the journal holds a task with this id (cheap: the primary key)."""
+        """Whether the journal holds a task with this id: the id filter answers "no" for
+        a new id from memory (every submission asks), else one primary-key query."""
+        ids = self._ids
+        if ids is None or ids.full:
+            ids = self._ids = IdFilter(max(200_000, 2 * (ids.count if ids else 0)))
+            ids.update(r[0] for r in self._all("SELECT id FROM tasks"))
+        if task_id not in ids:
+            return False
         return self._one("SELECT 1 FROM tasks WHERE id=?", (task_id,)) is not None
+
+    def _noted(self, batch: Batch) -> Batch:
+        """``batch``, its new task ids added to the id filter (if one was built)."""
+        if self._ids is not None:
+            for row in batch.inserts:
+                self._ids.add(row[0])
+        return batch
 
     def _events(self, task_id: str) -> list[dict[str, Any]]:
         return [dict(zip(("seq", "ts", "state", "why", "hash"), e, strict=True))
