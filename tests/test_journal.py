@@ -181,6 +181,32 @@ def test_idempotency_key_runs_once_even_across_a_restart(
         assert b.status()["counters"]["idempotent_hits"] == 1
 
 
+
+@pytest.mark.slow
+def test_a_killed_queen_loses_no_submission_whose_write_was_deferred(
+        procs: Procs, tmp_path: Path, backend: str) -> None:
+    # A long --journal-defer, so that the kill surely falls inside it: the young tasks are
+    # not in the journal when the queen dies, and the client's re-sending is what keeps them.
+    q = Restartable(procs, tmp_path, "--journal-defer", "5", journal=backend)
+    router, journal = q.router, q.journal
+    with Client(router, queen_wait=60) as c:
+        futs = [c.submit("echo", i) for i in range(50)]  # no forager yet: they wait, queued
+        acked = c.submit("echo", "acked", ack=True)
+        wait_for(lambda: acked.acknowledged, what="the acknowledgement")
+        assert c.status()["queued"] == 51
+        r = meshant("tasks", "--journal", journal, "--json")
+        # Only the acknowledged submission is durable yet.
+        assert [json.loads(x)["id"] for x in r.stdout.splitlines()] == [acked.task_id]
+        q.kill_and_restart()
+        procs.forager(router, "--name", "late")
+        assert [f.result(30) for f in futs] == list(range(50))
+        assert acked.result(30) == "acked"
+        assert c.status()["counters"]["completed"] == 51
+    r = meshant("tasks", "--journal", journal, "--json", "--limit", "100")
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(rows) == 51 and {x["state"] for x in rows} == {"completed"}
+    assert meshant("journal", "verify", "--journal", journal).returncode == 0
+
 def _alive(c: Client) -> bool:
     try:
         c.status(timeout=1)
