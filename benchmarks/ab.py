@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Two versions of meshant's queen and forager, side by side: A/B in interleaved rounds.
+
+    python -m benchmarks.ab [--journal file|:memory:] [--rounds 10] TREE_A TREE_B
+
+Each TREE is a checkout of meshant (a ``git worktree`` of the commit to compare). Per
+round, for each tree in turn, a CLI queen and one forager are started from that tree
+(``PYTHONPATH=TREE``, from a neutral directory so the current one does not shadow it),
+and the same client (this process's meshant) measures 800 sequential round trips and the
+throughput of 6,000 tasks pipelined with a window of 64; raw pyzmq is measured in the
+same round. Medians over the rounds, and each ratio to raw's median, are printed: the
+rounds interleave, so the machine's drifts fall on both versions alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from meshant.actors.client import Client
+from meshant.edges import _procs
+from meshant.edges.bench import PAYLOAD, pipelined_raw, seq_mesh, seq_raw
+from meshant.edges.bench_topologies import MeshTopology, RawTopology
+
+
+def pipelined_direct(c: Client, n: int, window: int) -> float:
+    """Tasks/s with ``window`` in flight, one thread (as raw pyzmq's loop does)."""
+    t0 = time.perf_counter()
+    q: collections.deque[Any] = collections.deque(
+        c.submit("echo", PAYLOAD) for _ in range(min(window, n)))
+    sent = len(q)
+    while q:
+        q.popleft().result(30)
+        if sent < n:
+            q.append(c.submit("echo", PAYLOAD))
+            sent += 1
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trees", nargs="+", metavar="TREE")
+    ap.add_argument("--journal", default="file", help="'file' (a fresh one per run) or "
+                    "':memory:'")
+    ap.add_argument("--rounds", type=int, default=10)
+    args = ap.parse_args()
+    spawn = _procs.spawn
+    trees = [os.path.abspath(t) for t in args.trees]
+    res: dict[str, dict[str, list[float]]] = {
+        t: {"p50": [], "p99": [], "tput": []} for t in [*trees, "raw"]}
+    raw = RawTopology("tcp", workers=1)
+    s = raw.client()
+    here = os.getcwd()
+    try:
+        os.chdir(tempfile.gettempdir())
+        for _ in range(args.rounds):
+            for tree in trees:
+                def from_tree(a: list[str], env: dict[str, str] | None = None,
+                              prefix: list[str] | None = None, t: str = tree) -> Any:
+                    return spawn(a, {**(env or {}), "PYTHONPATH": t}, prefix)
+
+                _procs.spawn = from_tree  # type: ignore[assignment]
+                with tempfile.TemporaryDirectory() as d:
+                    journal = args.journal if args.journal == ":memory:" else f"{d}/j.db"
+                    for slots in (1, 64):
+                        mesh = MeshTopology("tcp", foragers=1, slots=slots, journal=journal)
+                        try:
+                            with mesh.client(False) as c:
+                                if slots == 1:
+                                    xs = sorted(seq_mesh(c, PAYLOAD, 800, 100))
+                                    res[tree]["p50"].append(xs[len(xs) // 2] * 1e6)
+                                    res[tree]["p99"].append(xs[int(len(xs) * .99)] * 1e6)
+                                else:
+                                    pipelined_direct(c, 500, 64)
+                                    res[tree]["tput"].append(pipelined_direct(c, 6000, 64))
+                        finally:
+                            mesh.close()
+            _procs.spawn = spawn
+            ys = sorted(seq_raw(s, PAYLOAD, 800, 100))
+            res["raw"]["p50"].append(ys[len(ys) // 2] * 1e6)
+            res["raw"]["p99"].append(ys[int(len(ys) * .99)] * 1e6)
+            res["raw"]["tput"].append(pipelined_raw(s, PAYLOAD, 6000, 64))
+    finally:
+        _procs.spawn = spawn
+        os.chdir(here)
+        s.close(0)
+        raw.close()
+    med = statistics.median
+    r = {k: med(v) for k, v in res["raw"].items()}
+    for name, v in res.items():
+        print(f"{name:28s} p50 {med(v['p50']):7.0f} µs ({med(v['p50']) / r['p50']:.2f}x)  "
+              f"p99 {med(v['p99']):7.0f} µs ({med(v['p99']) / r['p99']:.2f}x)  "
+              f"{med(v['tput']):7.0f} tasks/s ({med(v['tput']) / r['tput']:.2f} of raw)")
+
+
+if __name__ == "__main__":
+    main()
