@@ -45,6 +45,9 @@ from meshant.storage.conversation import batch as conversation_batch
 from meshant.storage.graphs import batch as graph_batch
 from meshant.storage.leadership import Leadership
 
+# Messages read per loop turn at most. 16 against 1,000 before: pipelined throughput
+# +7-21 % (journal off) and +15 % (file journal) in interleaved A/B runs; 4 was worse.
+TURN_MESSAGES = 16
 log = logging.getLogger("meshant.queen")
 
 _ASSIGNS = frozenset({"task.assign", "task.assigns"})
@@ -457,9 +460,12 @@ class Queen:
                     continue
             if router in events:
                 now = time.monotonic()
-                # Drain what is there without blocking, bounded so timers still run.
+                # Drain what is there without blocking, a few messages a turn: the
+                # turn's end sends what they decided (assignments go out while the
+                # queen reads on), so under load the colony's stages overlap instead
+                # of passing one big batch around in lockstep (docs/performance.md).
                 # Asking EVENTS is cheaper than the exception a NOBLOCK recv raises.
-                for _ in range(1000):
+                for _ in range(TURN_MESSAGES):
                     if not events_of(EVENTS) & POLLIN:
                         break
                     if curve:
