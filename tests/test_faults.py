@@ -351,3 +351,25 @@ def test_a_bug_met_by_one_message_does_not_stop_the_queen(colony: Colony) -> Non
     assert q._thread is not None and q._thread.is_alive()
     st = c.status()  # still served
     assert st["counters"]["internal_errors"] == 1
+
+
+def test_a_stopped_run_whose_id_a_new_assignment_reuses_reports_nothing() -> None:
+    # A queen restarted without a task tells its forager to stop that run; the client
+    # re-sends the task, which gets the same assignment id (attempt 1 again), maybe on the
+    # same forager. When the old run ends, it must neither untrack nor answer for the new.
+    from meshant.actors.forager import Forager
+    from meshant.actors.handlers import TaskContext
+
+    f = Forager("tcp://127.0.0.1:9", name="f")  # never started: nothing connects
+    try:
+        old = TaskContext(f, "t.1", "t", 1, "echo", None)
+        new = TaskContext(f, "t.1", "t", 1, "echo", None)
+        f.running["t.1"] = new
+        f._done(old, {"status": "ok", "result": "stale"})
+        assert f.running["t.1"] is new and not f._outbox
+        f._done(new, {"status": "ok", "result": "fresh"})
+        assert "t.1" not in f.running
+        (msg,) = f._outbox
+        assert isinstance(msg, p.Message) and msg.b["result"] == "fresh" and msg.ref == "t.1"
+    finally:
+        f.stop()

@@ -249,6 +249,9 @@ def test_a_young_submission_is_written_once_when_it_ends(tmp_path: Path) -> None
         assert sim.results(c)[quick.id]["result"] == "r"
         # One write, of the finished task with its whole history, before its result left.
         assert sim.records == 1 and _journaled(j) == {quick.id: "completed"}
+        row = j.find(quick.id)
+        assert row is not None and row["payload"] == 1  # its input is kept, as before
+        assert sim.core.scheduler.done[quick.id].payload is None  # (and memory let go)
         assert [e["state"] for e in j.task(quick.id)["events"]] == [
             "queued", "assigned", "accepted", "completed"]
         # Not deferred: an acknowledged submission, one with an idempotency key, and a
@@ -265,6 +268,45 @@ def test_a_young_submission_is_written_once_when_it_ends(tmp_path: Path) -> None
         assert j.verify() == []
     finally:
         j.close()
+
+
+def test_a_re_sent_submission_asking_for_an_ack_is_written_before_the_ack() -> None:
+    sim = SimColony(journal_defer=5.0)
+    sim.core.scheduler.track_changes = True  # as with a journal
+    c = sim.client()
+    sub = _submit(sim, c, payload=1)  # no ack: its write waits
+    assert sim.records == 0
+    frames = [c.identity, *p.binary.encode(p.Message(
+        "task.submit", {"capability": "echo", "payload": 1, "ack": True}, frm="client",
+        id=sub.id))]
+    sim.core.receive(frames, None, sim.now)
+    sim.core.end_turn(sim.now)
+    actions = sim.core.take()
+    kinds = [a.msg.kind if isinstance(a, Send) else type(a).__name__ for a in actions]
+    assert kinds == ["Record", "task.submitted"], kinds
+    assert isinstance(actions[0], Record) and [t.id for t in actions[0].tasks] == [sub.id]
+
+
+def test_a_status_or_attach_carrying_a_result_waits_for_its_record() -> None:
+    sim = SimColony()
+    sim.core.scheduler.track_changes = True
+    c = sim.client()
+    f = sim.forager("f")
+    sub = _submit(sim, c, payload=1)
+    (a,) = sim.assigns(f)
+    # The result, then the submitter asking about the task (and attaching to it), all in
+    # one turn: what carries the result leaves after the task's record.
+    for peer, kind, body, ref in (
+            (f, "task.result", {"status": "ok", "result": 1}, a["id"]),
+            (c, "task.status", {"task": sub.id}, None),
+            (c, "task.attach", {"task": sub.id}, None)):
+        msg = p.Message(kind, body, ref=ref, frm=peer.name, to="queen")
+        sim.core.receive([peer.identity, *p.binary.encode(msg)], None, sim.now)
+    sim.core.end_turn(sim.now)
+    kinds = [a.msg.kind if isinstance(a, Send) else type(a).__name__
+             for a in sim.core.take()]
+    assert kinds.index("Record") < kinds.index("task.state"), kinds
+    assert kinds.index("Record") < kinds.index("task.attached"), kinds
 
 
 def test_a_task_accepted_by_its_forager_is_written_at_once(tmp_path: Path) -> None:

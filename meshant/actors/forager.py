@@ -487,6 +487,11 @@ class Forager(Peer):
     # -- worker threads -------------------------------------------------------------------
 
     def _done(self, ctx: TaskContext, body: dict[str, Any]) -> None:
+        if self.running.get(ctx.ref) is not ctx:
+            # A run the queen told us to stop after it restarted without it, whose id a
+            # new assignment (the client re-sent the task) reuses: that one is tracked
+            # now, and this run's outcome belongs to nobody.
+            return
         if ctx._cancelled:
             body = {"status": "cancelled"}
         self.running.pop(ctx.ref, None)

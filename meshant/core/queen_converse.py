@@ -254,14 +254,17 @@ class ConverseHandlers(QueenState):
                            f"{MAX_ATTACHED} attachments: try again later", msg.id)
             return
         last = final["seq"] if final is not None else task.seq
-        self._send(node, p.Message("task.attached", {"task": task.id, "state": task.state,
-                                                     "after": after, "last": last}, ref=msg.id))
-        for seq, kind, body in items:
-            self._send(node, self._update_msg(task.id, seq, kind, body))
+        replies = [p.Message("task.attached", {"task": task.id, "state": task.state,
+                                               "after": after, "last": last}, ref=msg.id)]
+        replies += [self._update_msg(task.id, seq, kind, body) for seq, kind, body in items]
         if final is not None:
             if final.get("seq", 0) > after:
-                self._send(node, self._update_msg(task.id, final["seq"], "task.result", final))
+                replies.append(self._update_msg(task.id, final["seq"], "task.result", final))
+            # After this turn's record: the task may have finished in this very turn.
+            self._later.extend((node, r) for r in replies)
             return
+        for r in replies:
+            self._send(node, r)
         watchers = self.attached.setdefault(task.id, {})
         if identity not in watchers:
             self._n_attached += 1

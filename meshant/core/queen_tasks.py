@@ -132,6 +132,11 @@ class TaskHandlers(QueenState):
             # After this turn's record: the task may have finished in this very turn.
             self._later.append((node, p.Message("task.result", task.final, ref=task.id)))
         elif msg.b.get("ack"):
+            if task.logged == 0 and self.scheduler.track_changes:
+                # Still waiting for its first journal write (core/journal_defer.py): an
+                # acknowledgement promises durability, so the task is written this turn.
+                task.defer = False
+                self.scheduler.changed[task.id] = task
             self._later.append((node, p.Message("task.submitted", {"task": task.id},
                                                 ref=msg.id)))
 
@@ -281,7 +286,11 @@ class TaskHandlers(QueenState):
             "age": round(now - task.submitted, 3),
             "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
         }
+        reply = p.Message("task.state", body, ref=msg.id)
         if task.final is not None and task.client_name == node.name:
             body["final"] = task.final  # lets a reconnected submitter collect a result it missed
-        self._send(node, p.Message("task.state", body, ref=msg.id))
+            # After this turn's record: the task may have finished in this very turn.
+            self._later.append((node, reply))
+            return
+        self._send(node, reply)
 

@@ -219,8 +219,10 @@ class Scheduler(Routing, TaskStore):
         body["attempt"] = task.attempt
         body["seq"] = task.next_seq()
         task.final = body
-        if state != FAILED:
-            task.payload = None  # no longer needed (a failed task's may be retried)
+        if state != FAILED and (task.logged or not self.track_changes):
+            # No longer needed (a failed task's may be retried); a task whose first
+            # journal write waited for its end keeps it until that write has it.
+            task.payload = None
         self.out.append(("deliver", task, "task.result", body))
         for identity, name, alias in task._watchers or ():
             # Later submissions with the same idempotency key get the same result.

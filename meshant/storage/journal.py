@@ -33,7 +33,7 @@ from meshant.storage.records import (
 )
 from meshant.storage.records import chain as chain  # re-exported: tests and tools use it
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 3
 APP = "meshant-journal"
 
 # The WAL's bound. The checkpoint thread copies the WAL into the database every second
@@ -111,12 +111,6 @@ _MIGRATIONS = {
     # The colony memory survives a restart.
     3: ("CREATE TABLE memory (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL, "
         "seq INTEGER NOT NULL)",),
-    # Indexes a task finished in its first write never enters: each commit writes fewer
-    # pages (docs/performance.md). ``tasks_open`` is what a restart reads
-    # (``unfinished``); a key lookup is ``idem_key = ?``, which the partial index serves.
-    4: ("DROP INDEX IF EXISTS tasks_state", "DROP INDEX IF EXISTS tasks_key",
-        "CREATE INDEX tasks_key ON tasks (idem_key) WHERE idem_key IS NOT NULL",
-        "CREATE INDEX tasks_open ON tasks (created) WHERE final IS NULL OR dead != 0"),
 }
 
 class Journal(JournalReader):
@@ -163,6 +157,8 @@ class Journal(JournalReader):
                 self._check()
             else:
                 self._create()
+            if not readonly:
+                self._partial_indexes()
             if not readonly:  # conversations' tables (storage.conversation), if missing
                 conversation.create(self.db.execute)
             if not readonly:
@@ -291,6 +287,28 @@ class Journal(JournalReader):
             raise JournalError(f"{self.path} is in use by another queen (one queen per "
                                "journal)") from None
         self._lock_fd = fd
+
+    def _partial_indexes(self) -> None:
+        """Indexes a task finished in its first write never enters, so each commit writes
+        fewer pages (docs/performance.md): ``tasks_open`` is what a restart reads
+        (``unfinished``), ``tasks_key`` holds keyed rows only (``idem_key = ?`` uses it).
+        Replaces a journal's older full indexes once, in place; no schema version of its
+        own, so an older meshant still opens the journal (its queries only scan more)."""
+        sql = dict(self.db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type='index' AND tbl_name='tasks'"))
+        if "tasks_state" in sql or "WHERE" not in (sql.get("tasks_key") or ""):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DROP INDEX IF EXISTS tasks_state")
+                self.db.execute("DROP INDEX IF EXISTS tasks_key")
+                self.db.execute("CREATE INDEX tasks_key ON tasks (idem_key) "
+                                "WHERE idem_key IS NOT NULL")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        self.db.execute("CREATE INDEX IF NOT EXISTS tasks_open ON tasks (created) "
+                        "WHERE final IS NULL OR dead != 0")
 
     def _create(self) -> None:
         self.db.executescript(_SCHEMA)

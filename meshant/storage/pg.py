@@ -182,6 +182,7 @@ class PgJournal(JournalReader):
         self._sql: dict[str, str] = {}
         self._log = TaskLog(self._tail)
         self._ids = None
+        self._filter_ids = True  # a primary-key query is a round trip: filter first
         self.pruned = 0
         self._retain: tuple[float, int, float] | None = None
         self._closed = False

@@ -61,18 +61,25 @@ class JournalReader:
                       (key,))
         return self._row(r) if r is not None else None
 
-    # The writer's filter of the ids it holds (None: not built yet, or a reader's).
+    # A backend where the primary-key query is a network round trip (PostgreSQL) keeps
+    # a filter of the ids it holds (built on the first ``has``; None: not built yet).
+    # SQLite answers the query in-process in microseconds, and would pay a scan of every
+    # id at the first submission after a restart for it.
+    _filter_ids = False
     _ids: IdFilter | None = None
 
     def has(self, task_id: str) -> bool:
-        """Whether the journal holds a task with this id: the id filter answers "no" for
-        a new id from memory (every submission asks), else one primary-key query."""
-        ids = self._ids
-        if ids is None or ids.full:
-            ids = self._ids = IdFilter(max(200_000, 2 * (ids.count if ids else 0)))
-            ids.update(r[0] for r in self._all("SELECT id FROM tasks"))
-        if task_id not in ids:
-            return False
+        """Whether the journal holds a task with this id: one primary-key query, which
+        the id filter (see ``_filter_ids``) spares for a new id."""
+        if self._filter_ids:
+            ids = self._ids
+            if ids is None or ids.full:
+                rows = [r[0] for r in self._all("SELECT id FROM tasks")]
+                # Sized from what is there now: ids pruned since do not count.
+                ids = self._ids = IdFilter(max(200_000, 2 * len(rows)))
+                ids.update(rows)
+            if task_id not in ids:
+                return False
         return self._one("SELECT 1 FROM tasks WHERE id=?", (task_id,)) is not None
 
     def _noted(self, batch: Batch) -> Batch:

@@ -109,6 +109,8 @@ class TaskLog:
                                   t.wait, t.state, t.attempt, t.tries, forager,
                                   t.submitted + to_wall, now, final, t.key, int(t.dead),
                                   t.retry_base, t.retry_cap))
+                if t.final is not None and not t.dead:
+                    t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:
                 b.updates.append((t.state, t.attempt, t.tries, forager, now, final,
                                   int(t.dead), t.id))
