@@ -22,6 +22,32 @@ from meshant.protocol.topics import HB_TOPIC
 Match = Callable[[p.Message], bool]
 
 
+def _wait_for(inbox: list[p.Message], pred: Match, timeout: float,
+              recv: Callable[[float], p.Message | None], beat: Callable[[float], None],
+              step: float, keep: Match = lambda m: True) -> p.Message | None:
+    """The first message ``pred`` accepts: one already kept in ``inbox``, else the next
+    read within ``timeout`` (reading at most ``step`` seconds at a time, and calling
+    ``beat(now)`` between reads to keep this side alive). What else is read is kept in
+    ``inbox`` for later (if ``keep`` says so); None when the time is up."""
+    for i, m in enumerate(inbox):
+        if pred(m):
+            return inbox.pop(i)
+    end = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        beat(now)
+        left = end - now
+        if left <= 0:
+            return None
+        got = recv(min(left, step))
+        if got is None:
+            continue
+        if pred(got):
+            return got
+        if keep(got):
+            inbox.append(got)
+
+
 def kind_is(kind: str, ref: str | None = None) -> Match:
     return lambda m: m.kind == kind and (ref is None or m.ref == ref)
 
@@ -104,23 +130,11 @@ class Peer:
         return got
 
     def poll(self, pred: Match, timeout: float) -> p.Message | None:
-        for i, m in enumerate(self.inbox):
-            if pred(m):
-                return self.inbox.pop(i)
-        end = time.monotonic() + timeout
-        while True:
-            now = time.monotonic()
+        def beat(now: float) -> None:
             if self.hb_interval and now - self._last >= self.hb_interval / 2:
                 self.send("hb", {})
-            left = end - now
-            if left <= 0:
-                return None
-            got = self._recv(min(left, self.hb_interval / 2 if self.hb_interval else left))
-            if got is None:
-                continue
-            if pred(got):
-                return got
-            self.inbox.append(got)
+        return _wait_for(self.inbox, pred, timeout, self._recv, beat,
+                         self.hb_interval / 2 if self.hb_interval else timeout)
 
     def error(self, sent: p.Message, timeout: float = 5.0) -> str:
         """The code of the error that answers ``sent``."""
@@ -193,24 +207,11 @@ class FakeQueen:
         return msg
 
     def poll(self, pred: Match, timeout: float) -> p.Message | None:
-        for i, m in enumerate(self.inbox):
-            if pred(m):
-                return self.inbox.pop(i)
-        end = time.monotonic() + timeout
-        while True:
-            now = time.monotonic()
+        def beat(now: float) -> None:
             if self.name and now - self._beat >= self.hb_interval:
                 self.beat()
-            left = end - now
-            if left <= 0:
-                return None
-            got = self._recv(min(left, self.hb_interval / 2))
-            if got is None:
-                continue
-            if pred(got):
-                return got
-            if got.kind != "hb":
-                self.inbox.append(got)
+        return _wait_for(self.inbox, pred, timeout, self._recv, beat, self.hb_interval / 2,
+                         keep=lambda m: m.kind != "hb")
 
     def expect(self, match: Match | str, timeout: float = 5.0, what: str = "") -> p.Message:
         pred = kind_is(match) if isinstance(match, str) else match
