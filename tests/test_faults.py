@@ -373,3 +373,22 @@ def test_a_stopped_run_whose_id_a_new_assignment_reuses_reports_nothing() -> Non
         assert isinstance(msg, p.Message) and msg.b["result"] == "fresh" and msg.ref == "t.1"
     finally:
         f.stop()
+
+
+@pytest.mark.slow
+def test_a_draining_forager_whose_queen_is_gone_leaves_within_a_heartbeat_timeout(
+        procs: Procs) -> None:
+    # Its last result is kept for re-sending to a queen that restarts; with the queen gone
+    # (stopped cleanly: its farewell), SIGTERM's drain used to wait for that queen for the
+    # whole drain timeout (600 s). It waits a heartbeat timeout (5 x 0.2 s here), then goes.
+    qp, router = procs.queen("--journal", ":memory:")
+    fp, _ = procs.forager(router, "--name", "late-ant")
+    with Client(router) as c:
+        assert c.run("echo", 1, result_timeout=20) == 1
+    qp.send_signal(signal.SIGTERM)
+    assert qp.wait(10) == 0
+    fp.send_signal(signal.SIGTERM)
+    assert fp.wait(10) == 0
+    assert fp.stderr is not None
+    err = fp.stderr.read()
+    assert "leaving with 1 messages unsent: the queen is gone" in err or "reconnecting" not in err

@@ -77,6 +77,7 @@ class Forager(Peer):
         self.handlers: dict[str, Handler] = {}
         self.running: dict[str, TaskContext] = {}
         self.draining = False
+        self._orphaned_since: float | None = None  # draining, with results and no queen
         self._pool: Workers | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
@@ -253,13 +254,26 @@ class Forager(Peer):
 
     def _on_timers(self, now: float) -> None:
         sent = self._sent
+        mon = self._sess.monitor
+        patience = mon.timeout if mon is not None else 5 * self._sess.hb_interval
         if sent:
-            mon = self._sess.monitor
-            keep = (mon.timeout if mon is not None else 5 * self._sess.hb_interval) + 2.0
+            keep = patience + 2.0
             while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
                 sent.popleft()
-        if self.draining and not self.running and not self._outbox:
-            self._stopping.set()  # drained: leave (the queen is told on the way out)
+        if self.draining and not self.running:
+            if not self._outbox:
+                self._stopping.set()  # drained: leave (the queen is told on the way out)
+            elif self._welcomed.is_set():
+                self._orphaned_since = None
+            elif self._orphaned_since is None:
+                self._orphaned_since = now
+            elif now - self._orphaned_since > patience:
+                # Results wait for a queen that is gone (its farewell, or silence): wait
+                # a heartbeat timeout for it to come back, not the whole drain timeout.
+                # A queen that returns later holds those tasks and runs them again.
+                log.warning("%s: leaving with %d messages unsent: the queen is gone",
+                            self.name, len(self._outbox))
+                self._stopping.set()
         if self._accepts:
             due = [ref for ref, t in self._accepts.items() if t <= now]
             for ref in due:
