@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from meshant.actors.client import Client
-from meshant.edges import _procs
-from meshant.edges.bench import PAYLOAD, pipelined_raw, seq_mesh, seq_raw
-from meshant.edges.bench_topologies import MeshTopology, RawTopology
+from meshant.apps import _procs
+from meshant.apps.bench import PAYLOAD, pipelined_raw, seq_mesh, seq_raw
+from meshant.apps.bench_topologies import MeshTopology, RawTopology
 
 
 def pipelined_direct(c: Client, n: int, window: int) -> float:

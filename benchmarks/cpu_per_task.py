@@ -19,8 +19,8 @@ import resource
 import tempfile
 import time
 
-from meshant.edges.bench import PAYLOAD, pipelined_mesh, pipelined_raw, seq_mesh, seq_raw
-from meshant.edges.bench_topologies import MeshTopology, RawTopology
+from meshant.apps.bench import PAYLOAD, pipelined_mesh, pipelined_raw, seq_mesh, seq_raw
+from meshant.apps.bench_topologies import MeshTopology, RawTopology
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from meshant import Client
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 
 def one_run(url: str, lease: float, hb: float, misses: int, tmp: Path,

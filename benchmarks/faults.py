@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 MB = 1024 * 1024
 LOCAL = "tcp://127.0.0.1:0"

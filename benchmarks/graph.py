@@ -9,7 +9,7 @@ A queen and one forager (``--slots``, serving the built-in ``echo``, which runs 
 forager's I/O thread) run as processes, the client here. Each shape runs ``--rounds``
 times, interleaved with the others; the best round is reported (the least disturbed by
 the other users of the machine). The floors, raw pyzmq through a forwarding broker
-(``meshant.edges._rawzmq``): independent tasks and fan-outs against N pipelined round
+(``meshant.apps._rawzmq``): independent tasks and fan-outs against N pipelined round
 trips, a chain against N sequential round trips (each node needs the previous result).
 """
 
@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from meshant import Client, Graph
-from meshant.edges.bench import pipelined_raw, seq_raw
-from meshant.edges.bench_topologies import MeshTopology, RawTopology
+from meshant.apps.bench import pipelined_raw, seq_raw
+from meshant.apps.bench_topologies import MeshTopology, RawTopology
 
 PAYLOAD = {"n": 1, "text": "x" * 16}
 

@@ -22,10 +22,10 @@ import urllib.request
 from typing import Any
 
 from meshant import Client
-from meshant.edges import _procs
-from meshant.edges.bench import PAYLOAD, seq_mesh, seq_raw
-from meshant.edges.bench_topologies import Endpoints, RawTopology
-from meshant.edges.stats import summary
+from meshant.apps import _procs
+from meshant.apps.bench import PAYLOAD, seq_mesh, seq_raw
+from meshant.apps.bench_topologies import Endpoints, RawTopology
+from meshant.apps.stats import summary
 
 
 class _Queen:

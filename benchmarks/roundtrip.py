@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from meshant.edges.bench import Sizes, format_table, run_suite
+from meshant.apps.bench import Sizes, format_table, run_suite
 
 
 def main() -> None:

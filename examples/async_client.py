@@ -13,7 +13,7 @@ import asyncio
 import sys
 
 from meshant import AsyncClient, Forager, Queen
-from meshant.edges.builtin import add_builtins
+from meshant.apps.builtin import add_builtins
 
 
 async def run(endpoint: str) -> list[object]:

@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from meshant import Client, Forager, Queen
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 # CLI queens journal to ./meshant-queen.db by default; tests that want a journal give
 # their own path, the rest run volatile queens (and never share a file).

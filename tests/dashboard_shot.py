@@ -15,7 +15,7 @@ import time
 from playwright.sync_api import sync_playwright
 
 from meshant import Client
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 
 def main() -> None:

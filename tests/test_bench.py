@@ -75,7 +75,7 @@ def test_roundtrip_benchmark_script_runs() -> None:
 
 
 def test_heartbeat_scenario_runs_real_foragers() -> None:
-    from meshant.edges.bench import Sizes, run_heartbeat_cost
+    from meshant.apps.bench import Sizes, run_heartbeat_cost
 
     (row,) = run_heartbeat_cost(Sizes.quick(), peers=(3,))
     assert row.metric == "queen CPU" and row.meshant >= 0 and row.raw is None

@@ -172,7 +172,7 @@ def test_embedded_forager_example(procs: Procs) -> None:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "SECONDS_TO_RUN": "30"})
     procs.all.append(p)
-    from meshant.edges import _procs
+    from meshant.apps import _procs
     _procs.read_json_line(p, 20)
     with Client(ep) as c:
         assert c.run("word_count", "a b c", result_timeout=10) == {"words": 3}
@@ -253,7 +253,7 @@ def test_every_client_command_takes_the_same_connection_options() -> None:
 
 
 def test_memory_commands_speak_curve(procs: Procs, tmp_path: Path) -> None:
-    from meshant.edges.security import generate
+    from meshant.adapters.security import generate
 
     keys, authorized = tmp_path / "keys", tmp_path / "authorized"
     authorized.mkdir()

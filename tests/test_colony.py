@@ -21,7 +21,7 @@ from meshant import (
     TaskContext,
     TaskFailed,
 )
-from meshant.edges.builtin import BUILTINS
+from meshant.apps.builtin import BUILTINS
 
 from .conftest import Colony, wait_for
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from meshant.apps import _procs
 from meshant.conformance import CHECKS, checks_of
 from meshant.conformance.catalog import BY_ID
-from meshant.edges import _procs
 from tests.conftest import Procs
 from tests.test_cli import meshant
 from tests.vectors import spec_table

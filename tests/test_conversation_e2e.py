@@ -16,7 +16,7 @@ import zmq
 
 from meshant import Client, Forager, MeshantError, Queen
 from meshant.actors.futures import Update
-from meshant.edges.security import generate
+from meshant.adapters.security import generate
 from meshant.errors import AskTimeout, Forbidden
 from meshant.protocol import Message
 

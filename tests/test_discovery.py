@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 from .conftest import wait_for
 
@@ -130,7 +130,7 @@ def test_forager_follows_a_queen_restarted_on_another_port(netns: Netns) -> None
 def test_pinned_queen_key_refuses_a_rogue_queen(netns: Netns, tmp_path: Any) -> None:
     import shutil
 
-    from meshant.edges.security import generate
+    from meshant.adapters.security import generate
 
     keys, auth = tmp_path / "keys", tmp_path / "auth"
     auth.mkdir()
@@ -151,7 +151,7 @@ def test_pinned_queen_key_refuses_a_rogue_queen(netns: Netns, tmp_path: Any) -> 
 
 
 def test_choose_takes_the_record_heard_last_and_compares_no_clocks() -> None:
-    from meshant.edges.discovery import QueenRecord, choose
+    from meshant.adapters.discovery import QueenRecord, choose
 
     def rec(instance: str, heard: int, started: float) -> QueenRecord:
         return QueenRecord(instance=instance, colony="ants", name="q", router=f"tcp://h:{heard}",
@@ -170,7 +170,7 @@ def test_choose_takes_the_record_heard_last_and_compares_no_clocks() -> None:
 
 
 def test_choose_prefers_the_leader_of_the_highest_term() -> None:
-    from meshant.edges.discovery import QueenRecord, choose
+    from meshant.adapters.discovery import QueenRecord, choose
 
     def rec(name: str, role: str, term: int, heard: int) -> QueenRecord:
         return QueenRecord(instance=f"ants-{name}", colony="ants", name=name,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from meshant import MeshantError
-from meshant.edges.builtin import BUILTINS
+from meshant.apps.builtin import BUILTINS
 
 from .conftest import Colony, wait_for
 

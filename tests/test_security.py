@@ -17,8 +17,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from meshant import Client, Forager, MeshantError, Queen, QueenUnreachable, Refused
-from meshant.edges.builtin import add_builtins
-from meshant.edges.security import generate
+from meshant.adapters.security import generate
+from meshant.apps.builtin import add_builtins
 from meshant.protocol import Message, binary
 
 from .conftest import Colony, wait_for

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 
 from meshant import Client
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 from .conftest import Procs
 from .otel_run import span_record

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from meshant.edges.stats import summary
+from meshant.apps.stats import summary
 
 PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
 

@@ -42,7 +42,7 @@ class QueenFinder:
         """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
         if self.queen:
             return
-        from meshant.edges.discovery import Follower, env_interfaces
+        from meshant.adapters.discovery import Follower, env_interfaces
 
         if self._follower is None:
             self._follower = Follower(self.colony, env_interfaces())

@@ -36,9 +36,9 @@ from meshant.actors._zmqio import EVENTS as _EVENTS
 from meshant.actors._zmqio import POLLIN as _POLLIN
 from meshant.actors._zmqio import recv_frames, send_frames
 from meshant.actors.colony_memory import Memory
+from meshant.adapters.security import client_socket, load_public, load_secret
 from meshant.core import session as ses
 from meshant.core.session import PeerSession
-from meshant.edges.security import client_socket, load_public, load_secret
 from meshant.errors import MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic

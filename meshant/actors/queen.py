@@ -23,6 +23,7 @@ import zmq
 from meshant import protocol as p
 from meshant.actors import _zmqio as _zio
 from meshant.actors._waker import Waker
+from meshant.adapters.security import Authorized, load_secret, server_socket
 from meshant.core.memory import MemoryStore
 from meshant.core.queen import (
     GraphRecord,
@@ -37,7 +38,6 @@ from meshant.core.queen import (
 from meshant.core.queen_state import _Info
 from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
-from meshant.edges.security import Authorized, load_secret, server_socket
 from meshant.errors import ConfigError, MeshantError
 from meshant.observe import tracing
 from meshant.storage import JournalError, is_postgres, open_journal
@@ -354,7 +354,7 @@ class Queen:
             self._router = router
             self._pub = pub
             if self.leadership is not None:
-                from meshant.edges.discovery import reachable
+                from meshant.adapters.discovery import reachable
 
                 # The endpoint standbys name in their not-leader hints: one peers can dial.
                 self.leadership.start(reachable(self.endpoint), reachable(self.pub_endpoint))
@@ -411,7 +411,7 @@ class Queen:
         log.info("reloaded %d authorized keys", len(auth.grants))
 
     def _start_advertising(self) -> None:
-        from meshant.edges.discovery import Advertiser, advertise_interfaces, is_loopback
+        from meshant.adapters.discovery import Advertiser, advertise_interfaces, is_loopback
 
         tcp = self.endpoint.startswith("tcp://")
         on = self.config.advertise if self.config.advertise is not None else (

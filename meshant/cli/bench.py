@@ -27,7 +27,7 @@ def bench(quick: bool, scenarios: tuple[str, ...], list_: bool, json_file: str |
     Every figure comes with the raw pyzmq figure measured alongside it and their ratio
     (meshant's cost over raw: 1.00x means as fast as raw pyzmq).
     """
-    from meshant.edges.bench import SCENARIOS, Sizes, format_table, run_suite
+    from meshant.apps.bench import SCENARIOS, Sizes, format_table, run_suite
 
     if list_:
         for name, (desc, _) in SCENARIOS.items():

@@ -21,7 +21,7 @@ def demo(foragers: int, tasks: int, as_json: bool) -> None:
     failure, and a forager killed mid-task whose work moves on), prints a summary with
     latency percentiles, stops everything it started and exits 0 on success.
     """
-    from meshant.edges.demo import run_demo
+    from meshant.apps.demo import run_demo
 
     ok = run_demo(foragers=foragers, tasks=tasks, as_json=as_json)
     sys.exit(0 if ok else 1)

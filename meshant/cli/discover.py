@@ -16,7 +16,7 @@ from meshant.cli._options import JSON_OPT
 @JSON_OPT
 def discover_cmd(timeout: float, colony: str | None, as_json: bool) -> None:
     """List the queens advertised by mDNS on this network, with their endpoints."""
-    from meshant.edges.discovery import discover, env_interfaces
+    from meshant.adapters.discovery import discover, env_interfaces
 
     queens = discover(timeout, colony, env_interfaces())
     if as_json:

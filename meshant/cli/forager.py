@@ -84,7 +84,7 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
     once and hands its running tasks back to the queen.
     """
-    from meshant.edges.builtin import add_builtins
+    from meshant.apps.builtin import add_builtins
 
     target = load_app(app) if app is not None else None
     endpoint = conn.endpoint

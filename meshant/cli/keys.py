@@ -24,7 +24,7 @@ def keys_generate(directory: str, name: str, roles: tuple[str, ...],
                   names: tuple[str, ...]) -> None:
     """Write a key pair into DIRECTORY. Copy NAME.key (public) into the queen's
     --authorized folder; keep NAME.key_secret private (mode 600)."""
-    from meshant.edges.security import generate
+    from meshant.adapters.security import generate
 
     pub_file, sec_file = generate(directory, name, roles or ("client",), names)
     click.echo(f"public key: {pub_file}\nsecret key: {sec_file}")

@@ -131,8 +131,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           http_token: str | None, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
+    from meshant.adapters.discovery import is_loopback
     from meshant.core.queen import QueenConfig
-    from meshant.edges.discovery import is_loopback
 
     try:
         config = QueenConfig(

@@ -43,7 +43,7 @@ LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
 
 
 class Grants(Protocol):
-    """Which names and roles each CURVE key may take (``meshant.edges.security.Authorized``)."""
+    """Which names and roles each CURVE key may take (``meshant.adapters.security.Authorized``)."""
 
     def check(self, key: bytes | None, name: str, role: str) -> str | None:
         """None if ``key`` may register ``name`` as ``role``, else why not."""

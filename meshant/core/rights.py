@@ -1,7 +1,7 @@
 """Rights per operation: which roles a CURVE key must hold to do what.
 
 With CURVE on, every key carries roles (``client``, ``forager``, ``admin``; see
-:mod:`meshant.edges.security`). Most operations are open to any registered peer; the
+:mod:`meshant.adapters.security`). Most operations are open to any registered peer; the
 ones in ``OPERATIONS`` are not. Without CURVE (loopback only) there are no keys, and
 everything stays allowed. One table, so docs/security.md and the queen cannot disagree.
 """

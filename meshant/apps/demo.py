@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from meshant.actors.client import Client
-from meshant.edges import _procs
-from meshant.edges.stats import summary
+from meshant.apps import _procs
+from meshant.apps.stats import summary
 from meshant.errors import MeshantError, TaskFailed
 
 STORY = ("the queen hands out work and the foragers stream their answers back "

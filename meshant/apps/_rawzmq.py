@@ -3,8 +3,8 @@
 client DEALER → broker ROUTER (front) → broker ROUTER (back) → worker DEALER, and back;
 msgpack at each end, the broker only forwards frames.
 
-    python -m meshant.edges._rawzmq broker FRONT BACK     # prints a JSON ready line
-    python -m meshant.edges._rawzmq worker BACK_ENDPOINT
+    python -m meshant.apps._rawzmq broker FRONT BACK     # prints a JSON ready line
+    python -m meshant.apps._rawzmq worker BACK_ENDPOINT
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The benchmark topologies: a colony (:class:`MeshTopology`) and the raw pyzmq floor on
 the same placement (:class:`RawTopology`: a forwarding broker and echo workers, as
-processes of :mod:`meshant.edges._rawzmq` for tcp/ipc, threads for inproc). The
-scenarios that measure them are :mod:`meshant.edges.bench`."""
+processes of :mod:`meshant.apps._rawzmq` for tcp/ipc, threads for inproc). The
+scenarios that measure them are :mod:`meshant.apps.bench`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import msgpack
 import zmq
 
 from meshant.actors.client import Client
-from meshant.edges import _procs
+from meshant.apps import _procs
 
 
 class Endpoints:
@@ -56,7 +56,7 @@ class MeshTopology:
         if transport == "inproc":
             from meshant.actors.forager import Forager
             from meshant.actors.queen import Queen
-            from meshant.edges.builtin import add_builtins
+            from meshant.apps.builtin import add_builtins
 
             self.ctx = zmq.Context()
             q = Queen(self.eps.next(), self.eps.next(), context=self.ctx).start()
@@ -93,7 +93,7 @@ class RawTopology:
     """The floor: a forwarding broker and ``n`` echo workers in raw pyzmq."""
 
     def __init__(self, transport: str, workers: int = 1) -> None:
-        from meshant.edges import _rawzmq
+        from meshant.apps import _rawzmq
 
         self.eps = Endpoints(transport)
         self.procs: list[subprocess.Popen[str]] = []
@@ -121,14 +121,14 @@ class RawTopology:
                 raise RuntimeError("the raw workers did not register within 10 s")
             self.endpoint = front
             return
-        b = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "broker",
+        b = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "broker",
                               self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.procs.append(b)
         info = _procs.read_json_line(b, 20)
         self.endpoint = info["front"]
         for _ in range(workers):
-            wp = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "worker",
+            wp = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "worker",
                                   info["back"]], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
             self.procs.append(wp)

@@ -3,7 +3,7 @@
 Each scenario runs the colony (queen and foragers as processes, or threads for inproc)
 and the raw pyzmq floor (broker and worker, same placement), then reports both figures
 and their ratio. Used by ``meshant bench`` and ``benchmarks/roundtrip.py``. The
-topologies themselves are :mod:`meshant.edges.bench_topologies`.
+topologies themselves are :mod:`meshant.apps.bench_topologies`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import msgpack
 import zmq
 
 from meshant.actors.client import Client
-from meshant.edges import _procs
-from meshant.edges.bench_topologies import MeshTopology, RawTopology
-from meshant.edges.stats import summary
+from meshant.apps import _procs
+from meshant.apps.bench_topologies import MeshTopology, RawTopology
+from meshant.apps.stats import summary
 
 
 @dataclass
@@ -292,7 +292,7 @@ def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
     rounds = max(20, sizes.seq // 10)
     ctx: zmq.Context[Any] = zmq.Context()
     mesh = MeshTopology("tcp", foragers=0)
-    raw_b = subprocess.Popen([sys.executable, "-m", "meshant.edges._rawzmq", "pubbroker",
+    raw_b = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "pubbroker",
                               "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -368,7 +368,7 @@ def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> li
             ep = _procs.read_json_line(q, 20)["router"]
             for k in range(0, n, per_proc):
                 swarm.append(subprocess.Popen(
-                    [sys.executable, "-c", "import sys; from meshant.edges.bench import "
+                    [sys.executable, "-c", "import sys; from meshant.apps.bench import "
                      "forager_swarm as f; f(sys.argv[1], int(sys.argv[2]), sys.argv[3])",
                      ep, str(min(per_proc, n - k)), f"hb{k // per_proc}"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
