@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
+from meshant.actors._reads import answer
 from meshant.core.queen import (
     GraphRecord,
     Publish,
     QueenConfig,
     QueenCore,
+    Read,
     Record,
     RecordMemory,
     Remember,
@@ -61,8 +63,7 @@ class SimColony:
         self.now = 100.0
         self.journal = journal
         self.core = QueenCore(QueenConfig(**settings), epoch="epoch-1", wall_offset=1e9,
-                              archive=journal, restore=journal.unfinished() if journal else (),
-                              memory=journal.memory() if journal else (), now=self.now)
+                              restored=journal.restored() if journal else None, now=self.now)
         self.peers: dict[bytes, SimPeer] = {}
         self.records = 0
 
@@ -108,6 +109,7 @@ class SimColony:
         """End the turn and carry out what the core decided."""
         core = self.core
         core.end_turn(self.now)
+        reads = []
         for a in core.take():
             if isinstance(a, Send):
                 peer = self.peers.get(a.identity)
@@ -131,6 +133,15 @@ class SimColony:
                                                       a.to))
             elif isinstance(a, GraphRecord) and self.journal is not None:
                 self.journal.write(graph_store.batch(a.graphs, a.nodes, 1e9))
+            elif isinstance(a, Read):
+                reads.append(a)
+        for r in reads:
+            if r.token == 0:
+                core.fetched_names(answer(self.journal, r))
+            else:
+                core.fetched(r.token, answer(self.journal, r), self.now)
+        if reads:
+            self.settle()
 
     # -- conveniences for forager and client scripts ----------------------------------
 

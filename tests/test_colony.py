@@ -238,8 +238,8 @@ def test_hung_handler_lease_is_renewed_by_heartbeats(colony: Colony) -> None:
     renew = q.scheduler.renew
 
     def spy(node: Any, refs: list[Any], now: float) -> None:
-        renewals.extend((now, node.in_flight[r].lease) for r in refs
-                        if isinstance(r, str) and r in node.in_flight)
+        runs = q.scheduler.running_on(node)
+        renewals.extend((now, runs[r].lease) for r in refs if isinstance(r, str) and r in runs)
         renew(node, refs, now)
 
     q.scheduler.renew = spy  # type: ignore[method-assign]

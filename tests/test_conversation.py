@@ -41,7 +41,7 @@ def _ask(f: SimPeer, a: dict[str, Any], n: int, prompt: str = "which?") -> str:
 
 
 def _state(sim: SimColony, task_id: str) -> str:
-    task = sim.core.scheduler.find(task_id)
+    task = sim.core.scheduler.find_live(task_id)
     assert task is not None
     return task.state
 
@@ -76,7 +76,7 @@ def test_ask_answer_resume_and_each_answer_to_its_question_once() -> None:
     assert sim.results(c)[a["task"]]["result"] == "done"
     c.send("task.answer", {"task": a["task"], "value": 1})
     assert "finished" in c.one("error").b["message"]
-    task = sim.core.scheduler.find(a["task"])
+    task = sim.core.scheduler.find_live(a["task"])
     assert task is not None
     whats = [w for _, w, _ in task.history]
     assert whats.count("input-required") == 1 and whats.count("answered") == 2
@@ -106,7 +106,7 @@ def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
     j2 = open_journal(journal_at)
     sim2 = SimColony(journal=j2)  # the queen restarted on its journal
     assert _state(sim2, a["task"]) == "input-required"
-    assert [x.request for x in sim2.core.questions.pending(a["task"])] == [q]
+    assert [x.request for x in sim2.core.conversations.questions.pending(a["task"])] == [q]
     c2 = sim2.client()
     c2.send("task.answer", {"task": a["task"], "value": "late"})
     c2.one("task.answered")
@@ -116,7 +116,7 @@ def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
     assert f2.one("task.answer").b["value"] == "late"
     # Sequence numbers go on from before the restart.
     f2.send("task.result", {"status": "ok", "result": 1}, ref=a["id"])
-    task = sim2.core.scheduler.find(a["task"])
+    task = sim2.core.scheduler.find_live(a["task"])
     assert task is not None and task.final is not None and task.final["seq"] > seq
     j2.close()
 
@@ -147,7 +147,7 @@ def test_attach_from_a_cursor_gets_exactly_what_follows_then_live_updates() -> N
 
 def test_a_cursor_older_than_the_log_is_refused_with_what_was_dropped() -> None:
     sim = SimColony()
-    sim.core.update_logs.max_count = 3
+    sim.core.conversations.update_logs.max_count = 3
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     for i in range(6):
@@ -171,21 +171,21 @@ def test_messages_to_an_offline_name_wait_in_order_and_are_delivered_once() -> N
         sim.deliver(c.identity, p.binary.encode(m))
         ids.append(m.id)
     assert c.take("error") == []
-    assert [k.id for k in sim.core.inboxes.peek("late")] == ids
+    assert [k.id for k in sim.core.conversations.inboxes.peek("late")] == ids
     f = sim.forager("late")
     got = f.take("msg")
     assert [m.b["i"] for m in got] == [0, 1, 2] and [m.id for m in got] == ids
     assert got[0].frm == "client"
     r = c.one("msg.receipt").b
     assert r["message"] == ids[0] and r["status"] == "delivered" and r["to"] == "late"
-    assert sim.core.inboxes.peek("late") == []
+    assert sim.core.conversations.inboxes.peek("late") == []
     f2 = sim.forager("late-again")
     assert f2.take("msg") == []
 
 
 def test_kept_messages_expire_with_a_receipt_and_a_full_inbox_refuses() -> None:
     sim = SimColony()
-    sim.core.inboxes.max_count = 2
+    sim.core.conversations.inboxes.max_count = 2
     c = sim.client()
     m = p.Message("note", {"text": "soon gone"}, frm="client", to="away", ts=1.0,
                   extra={"receipt": True, "ttl": 2.0})
@@ -198,7 +198,7 @@ def test_kept_messages_expire_with_a_receipt_and_a_full_inbox_refuses() -> None:
     sim.pass_time(3.0, c)
     r = c.one("msg.receipt").b
     assert r["message"] == m.id and r["status"] == "expired"
-    assert len(sim.core.inboxes.peek("away")) == 1
+    assert len(sim.core.conversations.inboxes.peek("away")) == 1
     c.send("inbox", {"op": "purge", "name": "away"})
     assert c.one("inbox.reply").b["purged"] == 1
 
@@ -251,7 +251,7 @@ def _send(sim: SimColony, peer: SimPeer, key: bytes, kind: str, body: Any,
 
 def test_rights_per_operation_with_keys() -> None:
     sim = SimColony()
-    sim.core.authorized = _Grants()
+    sim.core.state.authorized = _Grants()
     f = _join(sim, "forager", "f", b"fk", slots=1, tools=["echo"])
     user = _join(sim, "client", "user", b"uk", features=["mem.sync"])
     other = _join(sim, "client", "other", b"ok")

@@ -345,7 +345,7 @@ def test_a_bug_met_by_one_message_does_not_stop_the_queen(colony: Colony) -> Non
 
     def boom(*_: object) -> None:
         raise RuntimeError("a bug in one handler")
-    q.core._handlers["tool.query"] = boom
+    q.core._after["tool.query"] = boom
     with pytest.raises(MeshantError, match=r"no answer to tool\.query"):
         c.tool_query("echo", timeout=1)  # its message dropped: no answer
     assert q._thread is not None and q._thread.is_alive()

@@ -346,7 +346,7 @@ def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> No
         c.send("task.submit", {"capability": "later", "payload": i, "wait": 600})
     seen = [obs.publish(sim.core, sim.now, 0.0)["queues"] for _ in range(3)]
     assert seen[:2] == [{}, {}] and seen[2] == {"later": 8}  # 3 + 3 + 2
-    c.send("task.cancel", {"task": sim.core.scheduler.queues["later"][0][2]})
+    c.send("task.cancel", {"task": sim.core.scheduler.queues.heaps["later"][0][2]})
     for i in range(2):
         c.send("task.submit", {"capability": "later", "payload": i, "wait": 600})
     subs = [obs.publish(sim.core, sim.now, 0.0) for _ in range(3)]

@@ -391,7 +391,7 @@ def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path)
 
 def test_keys_expiring_together_are_one_journal_record() -> None:
     sim = SimColony(journal=None)
-    sim.core._archived = True  # journaled (records counted, not written)
+    sim.core.memory_service.journaled = True  # journaled (records counted, not written)
     c = sim.client("c")
     for i in range(50):
         c.send("mem.sync", {"op": "set", "key": f"k{i}", "value": i, "ttl": 0.5})

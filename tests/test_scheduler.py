@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from meshant.core.outbox import Assign, Deliver, Revoke, Watch, Work
 from meshant.core.registry import Node, Registry
-from meshant.core.scheduler import DuplicateTask, Scheduler
+from meshant.core.scheduler import Scheduler
 from meshant.core.tasks import COMPLETED, FAILED, QUEUED, TRANSITIONS, Task
 from meshant.errors import QueueFull
 
@@ -35,8 +36,8 @@ class Colony:
         self.now += dt
         self.s.tick(self.now)
         self.s.dispatch(self.now)
-        out, self.s.out = self.s.out, []
-        return out
+        out, self.s.outbox.work = self.s.outbox.work, []
+        return [_tuple(w) for w in out]
 
     @staticmethod
     def assigns(out: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
@@ -46,6 +47,20 @@ class Colony:
     def finals(out: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         return [a[3] for a in out if a[0] == "deliver" and a[2] == "task.result"
                 and not a[3].get("partial")]
+
+
+def _tuple(w: Work) -> tuple[Any, ...]:
+    """The scheduler's typed work as tuples, for short assertions."""
+    match w:
+        case Assign(node=node, attempt=att):
+            return ("assign", node, att)
+        case Revoke(node=node, attempt=att):
+            return ("cancel", node, att)
+        case Deliver(task=task, kind=kind, body=body):
+            return ("deliver", task, kind, body)
+        case Watch(identity=identity, name=name, body=body):
+            return ("watch", identity, name, body)
+    raise AssertionError(w)
 
 
 def test_priority_then_fifo() -> None:
@@ -58,7 +73,7 @@ def test_priority_then_fifo() -> None:
         out = c.step()
         (_name, tid), = c.assigns(out)
         order.append(tid)
-        att = f.in_flight[f"{tid}.1"]
+        att = c.s.running_on(f)[f"{tid}.1"]
         c.s.result(att, {"status": "ok", "result": tid}, c.now)
     assert order == ["d", "b", "e", "a", "c"]
 
@@ -71,12 +86,12 @@ def test_slots_never_exceeded_and_least_loaded() -> None:
         c.submit(f"t{i}")
     out = c.step()
     names = [n for n, _ in c.assigns(out)]
-    assert len(f1.in_flight) == 2 and len(f2.in_flight) == 3
+    assert len(c.s.running_on(f1)) == 2 and len(c.s.running_on(f2)) == 3
     assert names.count("f1") == 2 and names.count("f2") == 3
     assert c.s.queued == 15
     # Nothing more is assigned until a slot frees.
     assert c.assigns(c.step()) == []
-    att = next(iter(f1.in_flight.values()))
+    att = next(iter(c.s.running_on(f1).values()))
     c.s.result(att, {"status": "ok"}, c.now)
     assert [n for n, _ in c.assigns(c.step())] == ["f1"]
 
@@ -99,11 +114,11 @@ def test_reject_goes_to_another_forager_and_all_rejected_fails() -> None:
     c.submit("blocker", to="f2")
     c.submit("t")
     assert sorted(c.assigns(c.step())) == [("f1", "t"), ("f2", "blocker")]
-    c.s.reject(f1.in_flight["t.1"], "busy elsewhere", c.now)
+    c.s.reject(c.s.running_on(f1)["t.1"], "busy elsewhere", c.now)
     assert c.assigns(c.step()) == []  # f1 has room but is skipped; f2 is full
-    c.s.result(f2.in_flight["blocker.1"], {"status": "ok"}, c.now)
+    c.s.result(c.s.running_on(f2)["blocker.1"], {"status": "ok"}, c.now)
     assert c.assigns(c.step()) == [("f2", "t")]
-    c.s.reject(f2.in_flight["t.2"], "no thanks", c.now)
+    c.s.reject(c.s.running_on(f2)["t.2"], "no thanks", c.now)
     out = c.step()
     (final,) = c.finals(out)
     assert final["state"] == FAILED and final["error"]["code"] == "rejected"
@@ -115,7 +130,7 @@ def test_lease_expiry_reissues_to_a_different_forager_and_fences_the_old_attempt
     f1 = c.forager("f1")
     c.submit("t")
     assert c.assigns(c.step()) == [("f1", "t")]
-    old = f1.in_flight["t.1"]
+    old = c.s.running_on(f1)["t.1"]
     f2 = c.forager("f2")
     out = c.step(5.1)
     assert ("cancel", f1, old) in out
@@ -137,8 +152,8 @@ def test_progress_and_heartbeat_renew_the_lease() -> None:
     c.forager("f2")
     c.submit("t")
     c.step()
-    node = f1 if "t.1" in f1.in_flight else c.reg.by_name["f2"]
-    att = node.in_flight["t.1"]
+    node = f1 if "t.1" in c.s.running_on(f1) else c.reg.by_name["f2"]
+    att = c.s.running_on(node)["t.1"]
     for _ in range(4):
         c.step(3.0)
         c.s.renew(node, ["t.1"], c.now)
@@ -168,7 +183,7 @@ def test_deadline_and_no_forager_wait() -> None:
     c.submit("orphan", cap="nobody", wait=1.0)
     f = c.forager("f1")
     c.step()
-    assert "slow.1" in f.in_flight
+    assert "slow.1" in c.s.running_on(f)
     out = c.step(1.5)
     (final,) = c.finals(out)
     assert final["task"] == "orphan" and final["error"]["code"] == "no-forager"
@@ -191,10 +206,10 @@ def test_cancel_queued_and_running() -> None:
     assert finals == {"wait": "cancelled", "run": "cancelled"}
     assert any(a[0] == "cancel" and a[2].id == "run.1" for a in out)
     # The cancelled attempt keeps its slot until the forager answers.
-    assert "run.1" in f.in_flight
+    assert "run.1" in c.s.running_on(f)
     att = c.s.attempts["run.1"]
     c.s.release(att)
-    assert not f.in_flight
+    assert not c.s.running_on(f)
 
 
 def test_forager_lost_reissues_in_flight() -> None:
@@ -208,7 +223,7 @@ def test_forager_lost_reissues_in_flight() -> None:
     f2 = c.forager("f2", slots=2)
     out = c.step()
     assert sorted(c.assigns(out)) == [("f2", "a"), ("f2", "b")]
-    assert {a.number for a in f2.in_flight.values()} == {2}
+    assert {a.number for a in c.s.running_on(f2).values()} == {2}
 
 
 def test_rejoin_adopts_running_attempts() -> None:
@@ -222,9 +237,9 @@ def test_rejoin_adopts_running_attempts() -> None:
     c.reg.add(again, c.now)
     c.s.forager_rejoined(f1, again, ["a.1"], c.now)
     out = c.step()
-    assert "a.1" in again.in_flight
+    assert "a.1" in c.s.running_on(again)
     assert c.assigns(out) == [("f1", "b")]  # b was not reported running: reissued
-    assert again.in_flight["b.2"].number == 2
+    assert c.s.running_on(again)["b.2"].number == 2
 
 
 def test_hung_forager_is_avoided_but_a_restarted_one_is_not() -> None:
@@ -240,14 +255,12 @@ def test_hung_forager_is_avoided_but_a_restarted_one_is_not() -> None:
     assert c.assigns(c.step()) == [("f1", "t")]
 
 
-def test_queue_full_and_duplicate_change_nothing() -> None:
+def test_queue_full_changes_nothing() -> None:
     c = Colony(max_queue=2)
     c.submit("a")
     c.submit("b")
     with pytest.raises(QueueFull):
         c.submit("c")
-    with pytest.raises(DuplicateTask):
-        c.submit("a")
     assert c.s.queued == 2 and set(c.s.tasks) == {"a", "b"}
 
 
@@ -256,7 +269,7 @@ def test_partial_results_carry_increasing_seq() -> None:
     f = c.forager("f1")
     c.submit("t")
     c.step()
-    att = f.in_flight["t.1"]
+    att = c.s.running_on(f)["t.1"]
     c.s.progress(att, {"fraction": 0.1}, c.now)
     c.s.result(att, {"partial": True, "value": "a"}, c.now)
     c.s.result(att, {"partial": True, "value": "b"}, c.now)
@@ -271,7 +284,7 @@ def test_handler_error_is_a_failed_result_with_type() -> None:
     f = c.forager("f1")
     c.submit("t", max_attempts=1)
     c.step()
-    c.s.result(f.in_flight["t.1"], {"status": "error",
+    c.s.result(c.s.running_on(f)["t.1"], {"status": "error",
                                      "error": {"type": "ValueError", "message": "bad"}}, c.now)
     (final,) = c.finals(c.step())
     assert final["error"] == {"code": "handler-error", "type": "ValueError", "message": "bad",
@@ -285,12 +298,12 @@ def test_handler_errors_retry_with_backoff_then_dead_letter() -> None:
     c.submit("t", max_attempts=3)
     c.step()
     for n in (1, 2):
-        c.s.result(f.in_flight[f"t.{n}"], {"status": "error", "error": {"type": "E"}}, c.now)
+        c.s.result(c.s.running_on(f)[f"t.{n}"], {"status": "error", "error": {"type": "E"}}, c.now)
         assert c.assigns(c.step()) == []  # waiting out a jittered backoff, not hammering
         assert c.s.tasks["t"].state == "queued" and c.s.queued == 1
         ceiling = c.s.backoff.ceiling(n - 1)
         assert c.assigns(c.step(ceiling + 0.01)) == [("f1", "t")]
-    c.s.result(f.in_flight["t.3"], {"status": "error", "error": {"type": "E"}}, c.now)
+    c.s.result(c.s.running_on(f)["t.3"], {"status": "error", "error": {"type": "E"}}, c.now)
     (final,) = c.finals(c.step())
     assert final["state"] == "failed" and final["error"]["attempts"] == 3
     assert list(c.s.dlq) == ["t"] and c.s.counters["retried"] == 2
@@ -306,17 +319,17 @@ def test_breakers_open_on_an_outage_and_half_open_after_cooldown() -> None:
         c.submit(f"t{i}", max_attempts=1)
     c.step()
     for i in range(3):  # three different tasks fail: an outage, not a bad payload
-        c.s.result(f.in_flight[f"t{i}.1"], {"status": "error", "error": {}}, c.now)
+        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {}}, c.now)
     c.step()
-    assert c.s.breakers() == {"foragers": {"f1": "open"}, "capabilities": {"echo": "open"}}
+    assert c.s.breakers.states() == {"foragers": {"f1": "open"}, "capabilities": {"echo": "open"}}
     c.submit("later")
     assert c.assigns(c.step(1.0)) == []  # held while open
     out = c.step(10.0)  # half-open: exactly one trial goes through
     assert len(c.assigns(out)) == 1
     (_name, tid), = c.assigns(out)
-    c.s.result(f.in_flight[f"{tid}.1"], {"status": "ok"}, c.now)
+    c.s.result(c.s.running_on(f)[f"{tid}.1"], {"status": "ok"}, c.now)
     c.step()
-    assert c.s.breakers() == {"foragers": {}, "capabilities": {}}
+    assert c.s.breakers.states() == {"foragers": {}, "capabilities": {}}
 
 
 def test_transition_table_has_no_exit_from_final_states() -> None:
@@ -367,7 +380,7 @@ def test_a_tasks_own_retry_policy_overrides_the_queens() -> None:
     f = c.forager("f1")
     c.submit("t", max_attempts=5, retry_base=100.0, retry_cap=200.0)
     c.step()
-    c.s.result(f.in_flight["t.1"], {"status": "error", "error": {}}, c.now)
+    c.s.result(c.s.running_on(f)["t.1"], {"status": "error", "error": {}}, c.now)
     c.step()
     assert c.s.tasks["t"].history[-1][2].endswith(f"retry in {expected:.2f} s")
     assert c.assigns(c.step(expected - 0.01)) == []
@@ -377,7 +390,7 @@ def test_a_tasks_own_retry_policy_overrides_the_queens() -> None:
 def _finish_all(c: Colony, f: Node) -> None:
     """Complete whatever ``f`` runs, then let the scheduler hand it more, until none is left."""
     for _ in range(10_000):
-        running = [att for att in f.in_flight.values() if att.live]
+        running = [att for att in c.s.running_on(f).values() if att.live]
         if not running and not c.s.queued:
             return
         for att in running:
@@ -390,13 +403,13 @@ def test_wait_timers_go_when_their_tasks_leave_the_queue() -> None:
     c = Colony()
     for i in range(500):
         c.submit(f"t{i}", wait=3600.0)  # nobody serves echo yet: each gets a wait timer
-    assert len(c.s.timers) == 500 and all(t.waiting for t in c.s.tasks.values())
+    assert len(c.s.timers.heap) == 500 and all(t.waiting for t in c.s.tasks.values())
     f = c.forager("f1", slots=8)
     c.step()
     _finish_all(c, f)
     assert c.s.tasks == {} and c.s.queued == 0
-    assert c.s.timers == []  # nothing left for tasks that are gone
-    assert c.s.queues == {}
+    assert c.s.timers.heap == []  # nothing left for tasks that are gone
+    assert c.s.queues.heaps == {}
 
 
 def test_timers_of_assigned_tasks_are_compacted_while_others_still_wait() -> None:
@@ -406,14 +419,14 @@ def test_timers_of_assigned_tasks_are_compacted_while_others_still_wait() -> Non
     c.submit("other", cap="nobody", wait=3600.0)
     f = c.forager("f1", slots=300)
     c.step()
-    assert len(f.in_flight) == 300
+    assert len(c.s.running_on(f)) == 300
     # Running, not queued: only the task still waiting keeps a timer. Stale entries are
     # deleted lazily, but never outnumber the live ones.
-    assert "other" in [e[2] for e in c.s.timers] and len(c.s.timers) <= 2
+    assert "other" in [e[2] for e in c.s.timers.heap] and len(c.s.timers.heap) <= 2
     assert not any(t.waiting for t in c.s.tasks.values() if t.id != "other")
     out = c.step(3600.0)
     assert [b["task"] for b in c.finals(out)] == ["other"]
-    assert c.s.timers == []
+    assert c.s.timers.heap == []
 
 
 def test_cancelled_and_expired_tasks_leave_nothing_behind() -> None:
@@ -422,15 +435,15 @@ def test_cancelled_and_expired_tasks_leave_nothing_behind() -> None:
         c.submit(f"d{i}", cap="nobody", timeout=5.0, wait=3600.0)  # deadline + wait timers
     for i in range(200):
         c.submit(f"c{i}", cap="nobody", wait=3600.0)
-    assert len(c.s.timers) == 600
+    assert len(c.s.timers.heap) == 600
     for i in range(200):
         c.s.cancel(f"c{i}", c.now)
-    c.s.out.clear()
-    assert len(c.s.timers) <= 2 * 400  # compacted as they go stale
+    c.s.outbox.work.clear()
+    assert len(c.s.timers.heap) <= 2 * 400  # compacted as they go stale
     out = c.step(5.0)
     # Their timeout ended the wait, but what failed them is that nobody serves "nobody".
     assert {b["error"]["code"] for b in c.finals(out)} == {"no-forager"}
-    assert c.s.tasks == {} and c.s.timers == [] and c.s.queues == {}
+    assert c.s.tasks == {} and c.s.timers.heap == [] and c.s.queues.heaps == {}
 
 
 def test_wait_timer_still_fires_and_deadline_still_fires_after_requeue() -> None:
@@ -440,8 +453,8 @@ def test_wait_timer_still_fires_and_deadline_still_fires_after_requeue() -> None
     c.step(0.5)
     f = c.forager("f1")
     c.step()
-    assert "t.1" in f.in_flight and not c.s.tasks["t"].waiting
-    assert len(c.s.timers) <= 2  # its deadline, and perhaps the stale wait
+    assert "t.1" in c.s.running_on(f) and not c.s.tasks["t"].waiting
+    assert len(c.s.timers.heap) <= 2  # its deadline, and perhaps the stale wait
     c.step(1.0)
     # Its forager goes: the task is queued again and waits afresh for another one.
     c.reg.remove(f, c.now)
@@ -453,16 +466,16 @@ def test_wait_timer_still_fires_and_deadline_still_fires_after_requeue() -> None
     out = c.step(0.2)
     (final,) = c.finals(out)
     assert final["error"]["code"] == "no-forager"
-    assert c.s.timers == []
+    assert c.s.timers.heap == []
     # A deadline fires while the task runs.
     f2 = c.forager("f2")
     c.submit("u", timeout=3.0)
     c.step()
-    assert "u.1" in f2.in_flight
+    assert "u.1" in c.s.running_on(f2)
     out = c.step(3.0)
     (final,) = c.finals(out)
     assert final["task"] == "u" and final["error"]["code"] == "deadline-exceeded"
-    assert c.s.timers == []
+    assert c.s.timers.heap == []
 
 
 def test_a_wait_timer_that_finds_a_forager_lets_a_later_wait_start() -> None:
@@ -528,7 +541,7 @@ def test_lease_checks_skip_until_due_but_never_miss_a_lease() -> None:
     assert c.step(3.9) == []
     out = c.step(0.1)
     assert [a[2].id for a in out if a[0] == "cancel"] == ["late.1"]
-    assert "early.1" in f.in_flight
+    assert "early.1" in c.s.running_on(f)
     assert c.step(0.9) == []
     out = c.step(0.1)
     assert [a[2].id for a in out if a[0] == "cancel"] == ["early.1"]
@@ -544,7 +557,7 @@ def test_a_task_nobody_serves_fails_no_forager_when_its_timeout_ends_the_wait() 
     c.submit("u", timeout=1.0)
     assert c.assigns(c.step()) == [("f1", "u")]
     (body,) = c.finals(c.step(1.0))
-    assert body["error"]["code"] == "deadline-exceeded" and f.in_flight == {}
+    assert body["error"]["code"] == "deadline-exceeded" and c.s.running_on(f) == {}
 
 
 def test_a_result_too_large_to_send_fails_at_once_without_retry() -> None:
@@ -554,7 +567,7 @@ def test_a_result_too_large_to_send_fails_at_once_without_retry() -> None:
     c.submit("t", max_attempts=5)
     (name, _), = c.assigns(c.step())
     node = f if name == "f1" else c.reg.by_name["f2"]
-    c.s.result(node.in_flight["t.1"], {"status": "error", "error": {
+    c.s.result(c.s.running_on(node)["t.1"], {"status": "error", "error": {
         "type": "TooLarge", "code": "too-large", "message": "120,000 bytes, over 100,000"}},
         c.now)
     out = c.step(60.0)

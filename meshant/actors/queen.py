@@ -25,11 +25,13 @@ from meshant.actors import _zmqio as _zio
 from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
 from meshant.core.memory import MemoryStore
+from meshant.actors._reads import Reads
 from meshant.core.queen import (
     GraphRecord,
     Publish,
     QueenConfig,
     QueenCore,
+    Read,
     Record,
     RecordMemory,
     Remember,
@@ -122,6 +124,12 @@ class Queen:
                                              holder=secrets.token_hex(8), name=c.name,
                                              on_change=self._waker.wake)
                 self.journal.patience = self.leadership.valid
+        self._reads: Reads | None = None
+        if self.journal is not None:
+            url = c.journal if is_postgres(c.journal) else None
+            opener = None if url is None else (
+                lambda: open_journal(url, readonly=True, timeout=c.lease))
+            self._reads = Reads(self.journal, opener, self._waker.wake)
         now = time.monotonic()
         self._wall_offset = time.time() - now
         self._leading = self.leadership is None
@@ -148,9 +156,9 @@ class Queen:
         self.epoch = secrets.token_hex(8) if ld is None else f"t{ld.term}-{secrets.token_hex(6)}"
         j = self.journal
         core = QueenCore(self.config, epoch=self.epoch, wall_offset=self._wall_offset,
-                         authorized=self.authorized, archive=j if restore else None,
-                         restore=j.unfinished() if restore and j else (),
-                         memory=j.memory() if restore and j else (), now=now)
+                         authorized=self.authorized,
+                         restored=j.restored() if restore and j is not None else None,
+                         now=now)
         if ld is not None:
             core.term = ld.term
             if not restore:
@@ -382,6 +390,8 @@ class Queen:
             pub.close(0)
             if self._auth is not None:
                 self._auth.stop()
+            if self._reads is not None:
+                self._reads.close()
             if self.journal is not None:
                 self.journal.close()
             self._waker.close()
@@ -449,6 +459,7 @@ class Queen:
             self.journal is not None and self.config.durability == "power") else TURN_MESSAGES
         leadership = self.leadership
         obs = self.observer
+        reads = self._reads
         while not self._stop.is_set():
             if leadership is not None:
                 # Before anything is read: a queen that slept past its lease (SIGSTOP,
@@ -457,7 +468,8 @@ class Queen:
             core = self.core
             receive = core.receive
             now = time.monotonic()
-            wait = max(0.0, min(next_tick, next_beat) - now)
+            answers = reads.answers if reads is not None else None
+            wait = 0.0 if answers else max(0.0, min(next_tick, next_beat) - now)
             events = dict(poller.poll(int(wait * 1000)))
             if leadership is not None:
                 self._roles(time.monotonic())  # (the poll may have slept through a pause)
@@ -489,6 +501,8 @@ class Queen:
             if self._waker.fd in events:
                 self._waker.drain()
             now = time.monotonic()
+            if answers:
+                self._answered(core, answers, now)
             if now >= next_tick:
                 next_tick = now + tick_every
                 if now >= next_keys:
@@ -502,7 +516,7 @@ class Queen:
             if self.core is not core:
                 continue  # stepped down meanwhile: nothing of the old core goes out
             core.end_turn(now)
-            if core.out:
+            if core.out.actions:
                 self._carry_out(core.take())
             if obs is not None and now >= obs.next:
                 obs.publish(core, now, self._wall_offset)
@@ -510,6 +524,17 @@ class Queen:
             self.core.farewell(time.monotonic())
             self._carry_out(self.core.take())
             self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
+
+    @staticmethod
+    def _answered(core: QueenCore, answers: Any, now: float) -> None:
+        """Give the core the journal's answers to its reads (the start of a turn)."""
+        while answers:
+            token, value, error = answers.popleft()
+            if token == 0:
+                if error is None:
+                    core.fetched_names(value)
+                continue
+            core.fetched(token, value, now, error)
 
     def _submitted(self, task_id: str) -> float | None:
         task = self.core.scheduler.tasks.get(task_id)
@@ -537,6 +562,9 @@ class Queen:
                     self.core.counters["dropped_sends"] += 1
             elif cls is Publish:
                 pub.send_multipart([a.topic, *a.frames])
+            elif cls is Read:
+                if self._reads is not None:
+                    self._reads.ask(a)
             elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
                 try:
                     if cls is Record:

@@ -8,20 +8,21 @@ what that unblocks, or — if it failed — cancels exactly the nodes downstream
 cause ``upstream-failed``. A running node's handler may add nodes (``spawn``).
 
 What the client hears, besides each node task's own results: ``graph.node`` for a node
-that ends without running (cancelled), and ``graph.result`` when the graph ends; both in
-``outbox``, sent after the turn's task results. What the journal must keep is in
-``changed`` (graphs) and ``changed_nodes``, drained once per turn.
+that ends without running (cancelled), and ``graph.result`` when the graph ends; both go
+to ``notify`` (the core sends them after the turn's task results). What the journal must
+keep is in ``changed`` (graphs) and ``changed_nodes``, drained once per turn.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
 from meshant.core.graph import GraphError, NodeSpec, check_graph, substitute, task_id
-from meshant.core.scheduler import QueueFull, Scheduler, Task
+from meshant.core.scheduler import QueueFull, Scheduler, Task, revive
 from meshant.protocol.codes import Code
 
 PENDING, RUNNING = "pending", "running"
@@ -90,19 +91,22 @@ class GraphBook:
     """The running graphs. ``scheduler.on_graph_final`` must be this book's ``on_final``."""
 
     def __init__(self, scheduler: Scheduler, max_nodes: int,
-                 max_payload: int = 64 * 1024 * 1024) -> None:
+                 max_payload: int = 64 * 1024 * 1024,
+                 notify: Callable[[bytes, p.Message], None] | None = None) -> None:
         self.scheduler = scheduler
         self.max_nodes = max_nodes
         self.max_payload = max_payload  # the largest frame a forager accepts
         self.graphs: dict[str, Graph] = {}
         self.done: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.outbox: list[tuple[bytes, p.Message]] = []
+        # What a client hears about its graph, sent after the turn's task results.
+        self.notify: Callable[[bytes, p.Message], None] = notify or (lambda i, m: None)
         self.changed: dict[str, Graph] = {}
         self.changed_nodes: list[tuple[Graph, GNode]] = []
         self.track_changes = False
         self.counters = {"graphs": 0, "graph_nodes": 0, "spawned": 0}
         self._now = 0.0
-        self._restoring = False
+        # While restoring: final tasks of the graphs' nodes that the journal holds.
+        self._finals: dict[str, Task] | None = None
         scheduler.on_graph_final = self.on_final
 
     # -- journal ----------------------------------------------------------------------------
@@ -202,7 +206,8 @@ class GraphBook:
     def _start(self, g: Graph, n: GNode, now: float) -> None:
         sched = self.scheduler
         tid = task_id(g.id, n.name)
-        known = sched.known(tid) if self._restoring else None
+        known = (sched.find_live(tid) or self._finals.get(tid)) if (
+            self._finals is not None) else None
         if known is not None:
             # Its task exists already (a restart between journal writes): the same node.
             n.state = RUNNING
@@ -231,7 +236,7 @@ class GraphBook:
                     max_attempts=o.get("max_attempts", 3),
                     wait=o.get("wait", sched.default_wait))
         try:
-            sched.submit(task, now, unknown=True)
+            sched.submit(task, now)
         except QueueFull as e:
             self._end(g, n, FAILED, {"code": Code.QUEUE_FULL, "cause": Code.QUEUE_FULL,
                                      "message": f"queue full: {e}"})
@@ -239,8 +244,8 @@ class GraphBook:
         n.state = RUNNING
         self._touch(g, n)
         if g.updates:
-            self.outbox.append((g.client, p.Message("graph.node", {
-                "graph": g.id, "node": n.name, "state": RUNNING, "task": tid})))
+            self.notify(g.client, p.Message("graph.node", {
+                "graph": g.id, "node": n.name, "state": RUNNING, "task": tid}))
 
     @staticmethod
     def _size(payload: Any) -> int:
@@ -304,7 +309,7 @@ class GraphBook:
                                     "task": task_id(g.id, n.name)}
             if error is not None:
                 body["error"] = error
-            self.outbox.append((g.client, p.Message("graph.node", body)))
+            self.notify(g.client, p.Message("graph.node", body))
 
     def _finish(self, g: Graph) -> None:
         if self.graphs.pop(g.id, None) is None:
@@ -319,7 +324,7 @@ class GraphBook:
             g.state = COMPLETED
         self._touch(g)
         summary = g.summary()
-        self.outbox.append((g.client, p.Message("graph.result", summary)))
+        self.notify(g.client, p.Message("graph.result", summary))
         self.done[g.id] = summary
         while len(self.done) > KEEP_DONE:
             self.done.popitem(last=False)
@@ -404,16 +409,19 @@ class GraphBook:
 
     # -- restart ------------------------------------------------------------------------------
 
-    def restore(self, rows: list[dict[str, Any]], now: float) -> int:
+    def restore(self, rows: list[dict[str, Any]], finals: dict[str, dict[str, Any]],
+                now: float) -> int:
         """Take back the unfinished graphs a journal holds (``storage.graphs.unfinished``),
-        after the scheduler took back its tasks: nodes whose tasks ended meanwhile end now,
-        ready ones start (never twice: a node's task id is fixed)."""
+        after the scheduler took back its tasks: nodes whose tasks ended meanwhile end now
+        (``finals``: those tasks' journal rows), ready ones start (never twice: a node's
+        task id is fixed)."""
         self._now = now
-        self._restoring = True
+        to_wall = self.scheduler.to_wall
+        self._finals = {tid: revive(r, to_wall) for tid, r in finals.items()}
         try:
             self._restore(rows, now)
         finally:
-            self._restoring = False
+            self._finals = None
         return len(self.graphs)
 
     def _restore(self, rows: list[dict[str, Any]], now: float) -> None:
@@ -448,7 +456,8 @@ class GraphBook:
                 if g.id not in self.graphs:
                     break
                 if n.state == RUNNING:
-                    t = self.scheduler.find(task_id(g.id, n.name))
+                    tid = task_id(g.id, n.name)
+                    t = self.scheduler.find_live(tid) or (self._finals or {}).get(tid)
                     if t is None:
                         n.state = PENDING  # its task never reached the journal: run it
                         self._start(g, n, now)

@@ -1,122 +1,265 @@
 """The queen's logic, sans-IO: peers' messages in, what to do out.
 
-``QueenCore`` owns the registry, the scheduler and the colony memory. A driver (the
-:class:`~meshant.actors.queen.Queen` actor, or a test) feeds it what arrives —
-``receive(identity, frames, key, now)`` — and the passing of time — ``tick(now)``,
-``beat(now)`` — and closes each loop turn with ``end_turn(now)``; then it takes the
-actions to carry out, in order, with ``take()``:
+``QueenCore`` is composed of services that own their state — :class:`Admission` (who
+joins), :class:`TaskService` (tasks, over the :class:`Scheduler`), :class:`Conversations`
+(questions, attachable streams, inboxes), :class:`GraphService` (task graphs),
+:class:`MemoryService` (colony memory) and :class:`Operations` (queries, messages, dead
+letters, drain and halt) — and one router: a message becomes a request (the peer's
+identity, its node once it has said hello, the message, codec, key and time), and the
+request goes to the service that handles its kind, through a handler table per phase of
+the peer's session (before hello, after). Every service writes to one typed outbox
+(:mod:`meshant.core.outbox`).
 
-* :class:`Send` — a message for one peer (the driver encodes and sends it);
-* :class:`Publish` — frames for the PUB socket under a topic;
-* :class:`Record` — tasks whose changes the journal must make durable *before* any later
-  action of the same turn leaves.
-
-It reads no clock (``now`` is the driver's monotonic time; wall-clock stamps are ``now``
-plus the ``wall_offset`` the driver gives) and touches no socket, so whole colony
-scenarios run in memory (``tests/colony_sim.py``).
+A driver (the :class:`~meshant.actors.queen.Queen` actor, the simulator, a test) feeds
+it what arrives — ``receive(frames, key, now)`` — the passing of time — ``tick(now)``,
+``beat(now)`` — the journal's answers to its reads — ``fetched(token, answer, now)`` —
+and closes each loop turn with ``end_turn(now)``; then it takes the actions to carry
+out, in order, with ``take()``. It reads no clock and touches no socket or database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.graph_queen import GraphHandlers
-from meshant.core.queen_converse import ConverseHandlers
-from meshant.core.queen_peers import PeerHandlers
-from meshant.core.queen_services import ServiceHandlers
-from meshant.core.queen_state import (
-    BAD_FROM,
-    NOT_REGISTERED,
-    UNSUPPORTED,
+from meshant.core.admission import Admission
+from meshant.core.archive import ArchiveIndex, Restored
+from meshant.core.conversations import Conversations
+from meshant.core.delivery import flush
+from meshant.core.graph_book import GraphBook
+from meshant.core.graph_service import GraphService
+from meshant.core.journal_defer import Deferral
+from meshant.core.memory import MemoryStore
+from meshant.core.memory_service import MemoryService
+from meshant.core.operations import Operations
+from meshant.core.outbox import (
     Action,
-    Grants,
     GraphRecord,
-    Handler,
     Publish,
-    QueenConfig,
+    Read,
     Record,
     RecordMemory,
     Remember,
     Send,
 )
-from meshant.core.queen_tasks import TaskHandlers
-from meshant.core.registry import Node
+from meshant.core.policy import Backoff
+from meshant.core.queen_state import Arrival, Grants, QueenConfig, QueenState, Request
+from meshant.core.reads import Reads
+from meshant.core.registry import Registry
+from meshant.core.scheduler import Scheduler
+from meshant.core.task_service import TaskService
 from meshant.protocol.codec import BINARY, JSON
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC
 
+BeforeHello = Callable[[Arrival], None]
+AfterHello = Callable[[Request], None]
 
-class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
-                GraphHandlers):
-    """The queen's decisions, driven by method calls and a clock argument."""
+
+class QueenCore:
+    """The queen's decisions, driven by method calls and a clock argument.
+
+    ``restored``: what the journal holds (a queen with a journal, restarted or not);
+    None: no journal (nothing is recorded, nothing read)."""
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
-                 authorized: Grants | None = None, archive: Any = None,
-                 restore: Iterable[dict[str, Any]] = (),
-                 memory: Iterable[tuple[str, Any, float | None, int]] = (),
+                 authorized: Grants | None = None, restored: Restored | None = None,
                  now: float = 0.0) -> None:
-        super().__init__(config, epoch=epoch, wall_offset=wall_offset, authorized=authorized,
-                         archive=archive, restore=restore, memory=memory, now=now)
-        self._converse_init()  # conversations: after the scheduler restored its tasks
-        self._handlers: dict[str, Handler] = {
-            "hello": self._on_hello,
-            "hb": self._on_hb,
-            "task.submit": self._on_submit,
-            "task.accept": self._on_accept,
-            "task.reject": self._on_reject,
-            "task.progress": self._on_progress,
-            "task.result": self._on_result,
-            "task.batch": self._on_batch,
-            "task.cancel": self._on_cancel,
-            "task.status": self._on_task_status,
-            "status.query": self._on_status,
-            "tool.query": self._on_tool_query,
-            "msg": self._on_directed,
-            "note": self._on_directed,
-            "mem.sync": self._on_memory,
-            "broadcast": self._on_broadcast,
-            "dlq": self._on_dlq,
-            "ctl.drain": self._on_control,
-            "ctl.halt": self._on_control,
-            "task.ask": self._on_ask,  # conversations (queen_converse)
-            "task.answer": self._on_answer,
-            "task.attach": self._on_attach,
-            "inbox": self._on_inbox,
-            "graph.submit": self._on_graph_submit,  # task graphs: core/graph_queen.py
-            "graph.status": self._on_graph_status,
-            "graph.cancel": self._on_graph_cancel,
-            "graph.spawn": self._on_graph_spawn,
+        c = self.config = config
+        self.registry = Registry(c.hb_interval, c.hb_misses, c.max_peers)
+        st = self.state = QueenState(c, self.registry, epoch=epoch, wall_offset=wall_offset,
+                                     authorized=authorized, now=now)
+        self.out = st.out
+        sched = self.scheduler = Scheduler(
+            self.registry, st.out, assign_timeout=c.assign_timeout, max_queue=c.max_queue,
+            default_wait=c.no_forager_wait, backoff=Backoff(c.retry_base, c.retry_cap),
+            breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown)
+        self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to)
+        self.index = ArchiveIndex(restored.names) if restored is not None else None
+        self.reads = Reads(st.out)
+        # Tasks whose first journal write may wait for their end (core/journal_defer.py).
+        self.deferral = Deferral(c.journal_defer)
+        self.restored = 0
+        if restored is not None:
+            sched.track_changes = True
+            index = self.index
+            assert index is not None
+            sched.archived = lambda task_id: index.maybe("t", task_id)
+            self.restored = sched.restore(restored.tasks, now, now + wall_offset,
+                                          grace=self.registry.timeout * 2)
+            self.graphs.track_changes = True  # graphs: journaled, and carried on
+            self.graphs.restore(restored.graphs, restored.graph_tasks, now)
+        self.tasks = TaskService(st, sched, self.index, self.reads, self.deferral)
+        self.conversations = Conversations(st, sched, self.tasks, self.reads, restored)
+        self.memory_service = MemoryService(st, restored is not None,
+                                            restored.memory if restored else [], now)
+        self.admission = Admission(st, self.registry, sched, self.graphs,
+                                   self.conversations.greet)
+        self.graph_service = GraphService(st, self.graphs, sched, self.index, self.reads)
+        self.operations = Operations(st, sched, self.conversations, self.admission,
+                                     self.status)
+        t, cv, g, ops = self.tasks, self.conversations, self.graph_service, self.operations
+        # Before hello, a peer may only say hello (or, an IACP 1.1 forager, beat).
+        self._before: dict[str, BeforeHello] = {
+            "hello": self.admission.hello,
         }
+        self._after: dict[str, AfterHello] = {
+            "hello": self.admission.rehello,
+            "hb": self.admission.hb,
+            "task.submit": t.submit,
+            "task.accept": t.accept,
+            "task.reject": t.reject,
+            "task.progress": t.progress,
+            "task.result": t.result,
+            "task.batch": t.batch,
+            "task.cancel": t.cancel,
+            "task.status": t.status,
+            "status.query": ops.status,
+            "tool.query": ops.tool_query,
+            "msg": ops.directed,
+            "note": ops.directed,
+            "mem.sync": self.memory_service.request,
+            "broadcast": ops.broadcast,
+            "dlq": ops.dlq,
+            "ctl.drain": ops.control,
+            "ctl.halt": ops.control,
+            "task.ask": cv.ask,
+            "task.answer": cv.answer,
+            "task.attach": cv.attach,
+            "inbox": cv.inbox,
+            "graph.submit": g.submit,
+            "graph.status": g.status,
+            "graph.cancel": g.cancel,
+            "graph.spawn": g.spawn,
+        }
+
+    # -- what the driver and observers read -----------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def epoch(self) -> str:
+        return self.state.epoch
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.state.counters
+
+    @property
+    def info(self) -> Any:
+        return self.state.info
+
+    @info.setter
+    def info(self, value: Any) -> None:
+        self.state.info = value
+
+    @property
+    def terms(self) -> p.QueenTerms:
+        return self.state.terms
+
+    @terms.setter
+    def terms(self, value: p.QueenTerms) -> None:
+        self.state.terms = value
+
+    @property
+    def standby(self) -> dict[str, Any] | None:
+        return self.state.standby
+
+    @standby.setter
+    def standby(self, value: dict[str, Any] | None) -> None:
+        self.state.standby = value
+
+    @property
+    def term(self) -> int:
+        return self.state.term
+
+    @term.setter
+    def term(self, value: int) -> None:
+        self.state.term = value
+
+    @property
+    def memory(self) -> MemoryStore:
+        return self.memory_service.store
+
+    @property
+    def traces(self) -> dict[str, str]:
+        return self.tasks.traces
+
+    # -- driving --------------------------------------------------------------------------
 
     def take(self) -> list[Action]:
         """The actions decided since the last call, in the order to carry them out."""
-        out, self.out = self.out, []
-        self._mem_record = None
-        return out
+        return self.out.take()
 
     def receive(self, frames: list[bytes], key: bytes | None, now: float) -> None:
         """One message from the ROUTER: ``frames[0]`` is the peer's identity; ``key`` the
         CURVE key its connection authenticated with (or None)."""
-        self._now = now
+        st = self.state
+        st.now = now
+        st.counters["messages"] += 1
+        identity = frames[0]
+        reads = self.reads
+        if reads.peers and reads.held(identity):
+            # Behind one of its requests that waits for the journal: in order, after it.
+            if not reads.hold(identity, frames, key):
+                st.error_to(identity, BINARY, Code.RATE_LIMITED, "too many messages wait "
+                            "behind a journal read: slow down", None, retry_after=1.0)
+            return
         self._handle(frames, key, now)
+
+    def fetched(self, token: int, answer: Any, now: float, error: str | None = None) -> None:
+        """The journal's answer to :class:`Read` ``token`` (``error``: it could not be
+        read): the requests that waited for it are handled now, in order, and then what
+        their peers sent meanwhile."""
+        st = self.state
+        st.now = now
+        if error is not None:
+            for req in self.reads.answer(token, None):
+                st.refuse(req, Code.RATE_LIMITED, f"the queen cannot read its journal right "
+                          f"now ({error}): try again", retry_after=1.0)
+                self._release(req.identity, now)
+            return
+        for req in self.reads.answer(token, answer):
+            handler = self._after.get(req.msg.kind)
+            if handler is not None and self.registry.by_id.get(req.identity) is req.node:
+                handler(req)
+            self._release(req.identity, now)
+
+    def _release(self, identity: bytes, now: float) -> None:
+        reads = self.reads
+        waiting = reads.release(identity)
+        while waiting:
+            frames, key = waiting.popleft()
+            self._handle(frames, key, now)
+            if reads.held(identity):
+                reads.peers[identity].extendleft(reversed(waiting))
+                return
+
+    def fetched_names(self, names: list[str]) -> None:
+        """The journal's names, for the archive index's rebuild."""
+        if self.index is not None:
+            self.index.rebuild(names)
 
     def tick(self, now: float) -> None:
         """Liveness, leases, deadlines, retries and memory expiry (every few ms)."""
-        self._now = now
-        sched = self.scheduler
-        for node in self.registry.expired(now):
-            if node.role == "forager":
-                sched.forager_lost(node, now, "forager went silent")
-        sched.tick(now)
-        for update in self.memory.expire(now):
-            self._publish_mem(update)
-        self._converse_tick(now)
+        self.state.now = now
+        self.admission.expire(now)
+        self.scheduler.tick(now)
+        self.memory_service.tick(now)
+        self.conversations.tick(now)
+        index = self.index
+        if index is not None and index.crowded:
+            index.rebuilding = True
+            self.out.actions.append(Read(0, "names", ""))
 
     def end_turn(self, now: float) -> None:
         """Close a loop turn: assign what can be, journal what changed, then what to send."""
-        self._now = now
+        st = self.state
+        st.now = now
+        out = self.out
         sched = self.scheduler
         if sched.dirty:
             sched.dispatch(now)
@@ -128,56 +271,46 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
             write = self.deferral.split(sched.changed.values(), now)
             sched.changed.clear()
             if write:
-                self.out.append(Record(write))
+                out.actions.append(Record(write))
         graphs = self.graphs
         if graphs.changed or graphs.changed_nodes:
-            self.out.append(GraphRecord(*graphs.take_changes()))
-        if sched.out:
-            self._converse_turn()  # update logs and watchers, before the sends
-            self._flush()
-        if self._later:
-            later, self._later = self._later, []
-            for node, msg in later:
-                self._send(node, msg)
-        if graphs.outbox:
+            out.actions.append(GraphRecord(*graphs.take_changes()))
+        if out.work:
+            work, out.work = out.work, []
+            self.conversations.turn(work)  # update logs and watchers, before the sends
+            flush(st, work, self.tasks.traces)
+        if out.after:
             # After the turn's task results: a graph's end follows its last node's.
-            outbox, graphs.outbox = graphs.outbox, []
-            for identity, msg in outbox:
-                self._send_to(identity, BINARY, msg)
+            out.actions.extend(out.after)
+            out.after = []
 
     def revoke(self, grants: Iterable[bytes], now: float) -> int:
         """Authorized keys changed: drop the live peers whose key is no longer granted."""
-        self._now = now
-        allowed = set(grants)
-        dropped = 0
-        for node in list(self.registry.by_id.values()):
-            if node.key is not None and node.key not in allowed:
-                self.registry.remove(node, now)
-                if node.role == "forager":
-                    self.scheduler.forager_lost(node, now, "key revoked")
-                dropped += 1
-        return dropped
+        self.state.now = now
+        return self.admission.revoke(grants, now)
 
     def beat(self, now: float) -> None:
         """The queen's heartbeat on PUB (every ``hb_interval``)."""
-        self._now = now
-        hb = p.Message("hb", {"epoch": self.epoch, "queen": self.name,
+        st = self.state
+        st.now = now
+        hb = p.Message("hb", {"epoch": st.epoch, "queen": st.name,
                               "interval": self.registry.hb_interval,
                               "mem_seq": self.memory.seq},
-                       frm=self.name, ts=self._wall(now))
-        self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))
+                       frm=st.name, ts=st.wall(now))
+        self.out.actions.append(Publish(HB_TOPIC, p.binary.encode(hb)))
 
     def farewell(self, now: float) -> None:
         """A last heartbeat as the queen stops cleanly: under an epoch of its own, so
         every peer takes the queen for gone at once (and goes to another queen of its
         list, or waits for this one's return) instead of after its heartbeat timeout."""
-        self._now = now
+        st = self.state
+        st.now = now
         waiting = self.deferral.flush()
         if waiting:  # a clean stop leaves every task it knows in the journal
-            self.out.append(Record(waiting))
-        hb = p.Message("hb", {"epoch": f"{self.epoch}.stopped", "queen": self.name,
-                              "state": "stopping"}, frm=self.name, ts=self._wall(now))
-        self.out.append(Publish(HB_TOPIC, p.binary.encode(hb)))
+            self.out.actions.append(Record(waiting))
+        hb = p.Message("hb", {"epoch": f"{st.epoch}.stopped", "queen": st.name,
+                              "state": "stopping"}, frm=st.name, ts=st.wall(now))
+        self.out.actions.append(Publish(HB_TOPIC, p.binary.encode(hb)))
 
     def status(self, now: float) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows).
@@ -185,169 +318,103 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
         Safe to call from another thread: it reads snapshots (``list()`` of a dict is
         atomic under the GIL) and changes nothing.
         """
+        st = self.state
         peers = list(self.registry.by_id.values())
         foragers = [n.record(now) for n in peers if n.role == "forager"]
-        info = self.info
+        info = st.info
+        sched = self.scheduler
         return {
-            "queen": {"name": self.name, "colony": self.config.colony, "epoch": self.epoch,
+            "queen": {"name": st.name, "colony": self.config.colony, "epoch": st.epoch,
                       "advertised": info.advertised, "endpoint": info.endpoint,
                       "pub": info.pub, "pid": info.pid, "host": info.host,
                       "uptime": round(now - info.started, 3),
-                      "assign_timeout": self.scheduler.assign_timeout,
+                      "assign_timeout": sched.assign_timeout,
                       "hb_interval": self.registry.hb_interval,
                       "hb_misses": self.registry.hb_misses},
             "foragers": foragers,
             "clients": sum(1 for n in peers if n.role == "client"),
-            "queues": self.scheduler.depths(),
-            "queued": self.scheduler.queued,
+            "queues": sched.depths(),
+            "queued": sched.queued,
             "running": sum(f["in_flight"] for f in foragers),
-            "counters": {**self.scheduler.counters, **self.counters, **self.graphs.counters},
-            "role": "standby" if self.standby is not None else "leader",
-            "term": self.term,
-            "dead_letters": len(self.scheduler.dlq),
-            "breakers": self.scheduler.breakers(),
+            "counters": {**sched.counters, **st.counters, **self.graphs.counters},
+            "role": "standby" if st.standby is not None else "leader",
+            "term": st.term,
+            "dead_letters": len(sched.dlq),
+            "breakers": sched.breakers.states(),
             "recently_gone": list(self.registry.gone)[-10:],
             "graphs": [g.summary() for g in list(self.graphs.graphs.values())[:100]],
         }
 
-    def _flush(self) -> None:
-        out = self.scheduler.out
-        self.scheduler.out = []
-        mono = self._now
-        wall = self._wall(mono)
-        by_id = self.registry.by_id
-        traces = self.traces
-        # Per peer, in one turn: results for a client, assignments for a forager travel
-        # as one message when the peer negotiated batching. Anything else sent to that
-        # peer first flushes its batch, so the order of what it receives never changes.
-        results: dict[bytes, list[dict[str, Any]]] = {}
-        assigns: dict[bytes, tuple[Node, list[dict[str, Any]]]] = {}
-        for action in out:
-            what = action[0]
-            if what == "assign":
-                node, att = action[1], action[2]
-                task = att.task
-                body: dict[str, Any] = {"task": task.id, "attempt": att.number,
-                                        "capability": task.capability, "payload": task.payload}
-                if task.deadline is not None:
-                    left = task.deadline - mono
-                    body["timeout"] = left
-                    body["deadline"] = wall + left
-                if node.codec == JSON or task.id[:3] == "tg:":
-                    body["node"] = task.id  # a graph node's: "tg:<graph>/<node>"
-                tp = traces.get(task.id) if traces else None
-                if "batch" in node.features:
-                    body["id"] = att.id
-                    if tp is not None:
-                        body["traceparent"] = tp
-                    assigns.setdefault(node.identity, (node, []))[1].append(body)
-                    continue
-                self._send(node, p.Message("task.assign", body, id=att.id, to=node.name,
-                                           ts=wall, extra={"traceparent": tp} if tp else None))
-            elif what == "watch":
-                self._send_to(action[1], BINARY, p.Message(
-                    "task.result", action[3], to=action[2], ref=action[3]["task"], ts=wall))
-            elif what == "cancel":
-                node, att = action[1], action[2]
-                if node.identity in assigns:
-                    self._send_assigns(*assigns.pop(node.identity))
-                self._send(node, p.Message("task.cancel", {"task": att.task.id}, to=node.name,
-                                           ref=att.id, ts=wall))
-            else:
-                task, kind, body = action[1], action[2], action[3]
-                if traces and task.final is not None:
-                    traces.pop(task.id, None)
-                client = task.client
-                if kind != "task.result" or body.get("partial"):
-                    # Progress and partial results reach only clients that negotiated them.
-                    peer = by_id.get(client)
-                    if peer is None or "progress" not in peer.features:
-                        continue
-                if kind == "task.result":
-                    peer = by_id.get(client)
-                    if peer is not None and "batch" in peer.features:
-                        results.setdefault(client, []).append(body)
-                        continue
-                if client in results:
-                    self._send_results(client, results.pop(client))
-                self._send_to(client, BINARY,
-                              p.Message(kind, body, to=task.client_name, ref=task.id, ts=wall))
-        for node, items in assigns.values():
-            self._send_assigns(node, items)
-        for client, items2 in results.items():
-            self._send_results(client, items2)
-
-    def _send_assigns(self, node: Node, items: list[dict[str, Any]]) -> None:
-        if len(items) == 1:
-            body = items[0]
-            tp = body.pop("traceparent", None)
-            self._send(node, p.Message("task.assign", body, id=body.pop("id"), to=node.name,
-                                       extra={"traceparent": tp} if tp else None))
-        else:
-            self._send(node, p.Message("task.assigns", {"assigns": items}, to=node.name))
-
-    def _send_results(self, client: bytes, items: list[dict[str, Any]]) -> None:
-        if len(items) == 1:
-            msg = p.Message("task.result", items[0], ref=items[0]["task"])
-        else:
-            msg = p.Message("task.batch", {"results": items})
-        self._send_to(client, BINARY, msg)
+    # -- the router -----------------------------------------------------------------------
 
     def _handle(self, frames: list[bytes], key: bytes | None, now: float) -> None:
+        st = self.state
         identity = frames[0]
-        self._key = key
-        self.counters["messages"] += 1
         try:
             msg, codec = p.decode_any(frames[1:], max_frame=self.config.max_message)
         except p.ProtocolError as e:
-            self.counters["protocol_errors"] += 1
+            st.counters["protocol_errors"] += 1
             codec = JSON if len(frames) == 2 and frames[1][:1] == b"{" else BINARY
             ref = p.binary.peek_id(frames[1:]) if codec == BINARY else None
-            self._error_to(identity, codec, e.code, e.message, ref)
+            st.error_to(identity, codec, e.code, e.message, ref)
             if e.code == p.errors.TOO_LARGE:
-                self._oversized_result(identity, frames[1:], now)
+                self.tasks.oversized(identity, frames[1:], now)
             return
-        if self.standby is not None:
+        if st.standby is not None:
             if msg.kind != "error":
                 # Not this queen's colony now: say so, and where the leader is.
-                self._error_to(identity, codec, Code.NOT_LEADER, self.standby.get(
-                    "message", "this queen is a standby"), msg.id,
-                    **{k: v for k, v in self.standby.items() if k != "message"})
+                hint = st.standby
+                st.error_to(identity, codec, Code.NOT_LEADER,
+                            hint.get("message", "this queen is a standby"), msg.id,
+                            **{k: v for k, v in hint.items() if k != "message"})
             return
         node = self.registry.by_id.get(identity)
         if node is not None:
             self.registry.touch(node, now)
             if msg.frm and msg.frm != node.name:
-                self._error_to(identity, codec, BAD_FROM,
-                               f"'from' is {msg.frm!r} but this peer registered as "
-                               f"{node.name!r}", msg.id)
+                st.error_to(identity, codec, Code.BAD_FROM,
+                            f"'from' is {msg.frm!r} but this peer registered as "
+                            f"{node.name!r}", msg.id)
                 return
-        if len(frames) > 2 and node is not None and "blobs" not in node.features:
-            self._error_to(identity, codec, UNSUPPORTED, "this peer did not negotiate 'blobs' "
-                           "in its hello: send bytes inline, with no blob frames", msg.id)
-            return
-        handler = self._handlers.get(msg.kind)
-        if handler is None:
-            if msg.kind == "error":
-                return  # an error is never answered (spec §9): two peers could loop
-            self._error_to(identity, codec, UNSUPPORTED,
-                           f"the queen does not accept {msg.kind!r} messages", msg.id)
-            return
-        if node is None and msg.kind != "hello" and not (codec == JSON and msg.kind == "hb"):
-            # Expected after a restart or a silence: the peer says hello again.
-            self.counters["unregistered"] += 1
-            if msg.kind == "task.result" and not msg.b.get("partial"):
-                # A forager we declared offline sends the result of an attempt we already
-                # moved on from: count it as the duplicate it is.
-                att = self.scheduler.attempts.get(msg.ref or "")
-                if att is not None and not att.live:
-                    self.scheduler.counters["duplicates"] += 1
-            self._error_to(identity, codec, NOT_REGISTERED,
-                           "say hello first: this peer is not registered with the queen",
-                           msg.id)
-            return
-        handler(identity, node, msg, codec, now)
+            if len(frames) > 2 and "blobs" not in node.features:
+                st.error_to(identity, codec, Code.UNSUPPORTED, "this peer did not negotiate "
+                            "'blobs' in its hello: send bytes inline, with no blob frames",
+                            msg.id)
+                return
+            handler = self._after.get(msg.kind)
+            if handler is not None:
+                handler(Request(identity, node, msg, codec, key, now))
+                return
+        else:
+            before = self._before.get(msg.kind)
+            if before is not None:
+                before(Arrival(identity, None, msg, codec, key, now))
+                return
+            if codec == JSON and msg.kind == "hb":
+                self.admission.legacy(Arrival(identity, None, msg, codec, key, now))
+                return
+            if msg.kind in self._after:
+                self._unregistered(identity, msg, codec)
+                return
+        if msg.kind == "error":
+            return  # an error is never answered (spec §9): two peers could loop
+        st.error_to(identity, codec, Code.UNSUPPORTED,
+                    f"the queen does not accept {msg.kind!r} messages", msg.id)
+
+    def _unregistered(self, identity: bytes, msg: p.Message, codec: str) -> None:
+        """A message that needs a hello first: expected after a restart or a silence
+        (the peer says hello again)."""
+        st = self.state
+        st.counters["unregistered"] += 1
+        if msg.kind == "task.result" and not msg.b.get("partial"):
+            # A forager we declared offline sends the result of an attempt we already
+            # moved on from: count it as the duplicate it is.
+            att = self.scheduler.attempts.get(msg.ref or "")
+            if att is not None and not att.live:
+                self.scheduler.counters["duplicates"] += 1
+        st.error_to(identity, codec, Code.NOT_REGISTERED,
+                    "say hello first: this peer is not registered with the queen", msg.id)
 
 
-__all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Record",
+__all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Read", "Record",
            "RecordMemory", "Remember", "Send"]

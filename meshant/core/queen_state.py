@@ -1,44 +1,22 @@
-"""The queen core's shared state, settings, action types and output helpers. The core
-itself, and how a driver uses it, is :mod:`meshant.core.queen`."""
+"""What every service of the queen core shares: its settings (:class:`QueenConfig`), the
+request a message becomes (:class:`Request`), and :class:`QueenState` — the outbox, the
+counters, the clocks' offset, and the helpers that address a peer. The services hold a
+QueenState; none inherits from it. The core itself is :mod:`meshant.core.queen`."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.core.graph_book import GraphBook
-from meshant.core.journal_defer import Deferral
-from meshant.core.memory import DELETED, MemoryStore
-from meshant.core.policy import Backoff
+from meshant.core.outbox import Outbox, Send
 from meshant.core.registry import Node, Registry
-from meshant.core.scheduler import Scheduler, Task
+from meshant.core.rights import permits
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 from meshant.protocol.message import inline_blobs
-from meshant.protocol.topics import MEM_TOPIC
 
-log = logging.getLogger("meshant.queen")
-
-# Error codes the queen answers with (besides the protocol's own).
-NOT_REGISTERED = Code.NOT_REGISTERED
-NAME_TAKEN = Code.NAME_TAKEN
-NOT_ALLOWED = Code.NOT_ALLOWED
-RATE_LIMITED = Code.RATE_LIMITED
 HELLO_RATE = 5.0  # hellos per second per connection: a reconnecting peer needs one
-QUEUE_FULL = Code.QUEUE_FULL
-DUPLICATE_TASK = Code.DUPLICATE_TASK
-UNKNOWN_RECIPIENT = Code.UNKNOWN_RECIPIENT
-UNKNOWN_TASK = Code.UNKNOWN_TASK
-NOT_YOURS = Code.NOT_YOURS
-BAD_FROM = Code.BAD_FROM
-WRONG_ROLE = Code.WRONG_ROLE
-TOO_MANY_PEERS = Code.TOO_MANY_PEERS
-UNSUPPORTED = Code.UNSUPPORTED
-BAD_TOPIC = Code.BAD_TOPIC
-
 LEGACY_HB_INTERVAL = 10.0  # IACP 1.1 foragers beat every 10 s
 
 
@@ -101,65 +79,6 @@ class QueenConfig:
         return max(64, self.pub_buffer // self.max_broadcast)
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``msg`` to the peer on ``identity``, in ``codec``."""
-
-    identity: bytes
-    codec: str
-    msg: p.Message
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """Send ``frames`` on the PUB socket under ``topic``."""
-
-    topic: bytes
-    frames: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """Journal these tasks' changes, durably, before any later action leaves."""
-
-    tasks: list[Task]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordMemory:
-    """Journal colony memory changes, ``(key, value, expires_wall, seq)`` (a value of
-    ``meshant.storage.records.DELETED`` deletes), before any later action leaves."""
-
-    changes: list[tuple[str, Any, float | None, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Remember:
-    """Journal conversation state (``meshant.storage.conversation``) before any later
-    action leaves: question rows (upserted), task updates, inbox messages kept, and
-    inbox messages forgotten (``unkept``, delivered or expired or purged, for ``to``)."""
-
-    questions: list[dict[str, Any]] = field(default_factory=list)
-    updates: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
-    kept: list[dict[str, Any]] = field(default_factory=list)
-    unkept: list[str] = field(default_factory=list)
-    to: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GraphRecord:
-    """Journal these graphs' and graph nodes' changes (after the turn's ``Record``, before
-    any later action leaves): ``meshant.storage.graphs.record``."""
-
-    graphs: list[Any]
-    nodes: list[Any]
-
-
-Action = Send | Publish | Record | RecordMemory | Remember | GraphRecord
-
-Handler = Callable[[bytes, "Node | None", p.Message, str, float], None]
-
-
 @dataclass(slots=True)
 class _Info:
     """What the driver knows and status reports: set once bound."""
@@ -173,80 +92,58 @@ class _Info:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class QueenState:
-    """What every part of the queen core shares: the registry, the scheduler, the memory,
-    the counters, and the actions decided so far (``out``)."""
 
-    def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
-                 authorized: Grants | None = None, archive: Any = None,
-                 restore: Iterable[dict[str, Any]] = (),
-                 memory: Iterable[tuple[str, Any, float | None, int]] = (),
-                 now: float = 0.0) -> None:
-        c = self.config = config
-        self.name = c.name
-        self.epoch = epoch
-        self.wall_offset = wall_offset
-        self.registry = Registry(c.hb_interval, c.hb_misses, c.max_peers)
-        self.scheduler = Scheduler(self.registry, assign_timeout=c.assign_timeout,
-                                   max_queue=c.max_queue, default_wait=c.no_forager_wait,
-                                   backoff=Backoff(c.retry_base, c.retry_cap),
-                                   breaker_threshold=c.breaker_threshold,
-                                   breaker_cooldown=c.breaker_cooldown)
-        self.terms = p.QueenTerms(epoch=epoch, hb_interval=c.hb_interval,
-                                  hb_misses=c.hb_misses, assign_timeout=c.assign_timeout,
-                                  queen=c.name, max_message=c.max_message,
-                                  max_broadcast=c.max_broadcast)
-        self.memory = MemoryStore(c.mem_max_keys, c.mem_max_value)
-        self._archived = archive is not None
-        if self._archived:
-            self.memory.restore(memory, now, now + wall_offset)
-        self.graphs = GraphBook(self.scheduler, c.max_graph_nodes, c.max_message)  # graphs
-        self.authorized = authorized
-        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
-                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
-                                         "refused_keys": 0, "rate_limited": 0,
-                                         "idempotent_hits": 0, "resubmitted": 0,
-                                         "unregistered": 0, "forbidden": 0}
-        self.info = _Info()
-        # A standby (another queen leads the shared journal): every message gets
-        # ``not-leader`` with these fields (the leader's endpoint when known, the term).
-        self.standby: dict[str, Any] | None = None
-        self.term = 0  # the leadership term this core serves (0: no shared journal)
-        self.restored = 0
-        # Tasks submitted with a W3C traceparent (envelope extension): forwarded on their
-        # assignments, forgotten when they finish.
-        self.traces: dict[str, str] = {}
-        if archive is not None:
-            # Final tasks stay in the archive (the journal): looked up when asked for.
-            self.scheduler.track_changes = True
-            self.scheduler.archive = archive
-            self.restored = self.scheduler.restore(list(restore), now, now + wall_offset,
-                                                   grace=self.registry.timeout * 2)
-            self.graphs.track_changes = True  # graphs: journaled, and carried on
-            self.graphs.restore(archive.unfinished_graphs(), now)
-        # Tasks whose first journal write may wait for their end (core/journal_defer.py).
-        self.deferral = Deferral(c.journal_defer)
-        self.out: list[Action] = []
-        self._mem_record: RecordMemory | None = None
-        self._later: list[tuple[Node, p.Message]] = []
-        self._key: bytes | None = None
-        self._now = now
-        self._buckets: dict[bytes, list[float]] = {}
 
-    # -- driving ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A message from a connection that has not said hello (``node`` is None), or a
+    hello from one that has: what the admission handlers take."""
 
-    def _wall(self, now: float) -> float:
-        return now + self.wall_offset
+    identity: bytes
+    node: Node | None
+    msg: p.Message
+    codec: str
+    key: bytes | None  # the CURVE key the connection authenticated with
+    now: float
 
-    def _allow(self, key: bytes, now: float, rate: float, cost: float = 1.0) -> float:
-        """Token bucket per peer: ``rate`` per second, bursts of up to a second's worth.
-        0.0 when allowed; else how long until it would be (the ``retry_after`` to send)."""
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A message from a registered peer: what every other handler takes. ``fetched``
+    holds the journal's answers to the reads it needed (see ``core/archive.py``): a
+    request that needs one is parked and handled again once the answer is in."""
+
+    identity: bytes
+    node: Node
+    msg: p.Message
+    codec: str
+    key: bytes | None
+    now: float
+    fetched: dict[tuple[str, str], Any] | None = None
+
+
+Incoming = Arrival | Request
+
+
+class RateBuckets:
+    """Token buckets per key: ``rate`` per second, bursts of up to a second's worth.
+    Bounded: past ``4 * max_peers`` keys they all start afresh."""
+
+    __slots__ = ("_b", "max_keys")
+
+    def __init__(self, max_keys: int) -> None:
+        self.max_keys = max_keys
+        self._b: dict[bytes, list[float]] = {}
+
+    def wait(self, key: bytes, now: float, rate: float, cost: float = 1.0) -> float:
+        """0.0 when allowed (and the cost taken); else how long until it would be (the
+        ``retry_after`` to send)."""
         burst = max(10.0, rate, cost)
-        b = self._buckets.get(key)
+        b = self._b.get(key)
         if b is None:
-            if len(self._buckets) > 4 * self.registry.max_peers:
-                self._buckets.clear()  # bounded, whatever connects and goes
-            b = self._buckets[key] = [burst, now]
+            if len(self._b) > self.max_keys:
+                self._b.clear()  # bounded, whatever connects and goes
+            b = self._b[key] = [burst, now]
         tokens = min(burst, b[0] + (now - b[1]) * rate)
         b[1] = now
         if tokens < cost:
@@ -255,53 +152,109 @@ class QueenState:
         b[0] = tokens - cost
         return 0.0
 
-    def _publish_mem(self, update: dict[str, Any]) -> None:
-        if self._archived:
-            # Durable before anyone hears of it (the journal keeps the memory across a
-            # restart or a failover).
-            key = update["key"]
-            change: tuple[str, Any, float | None, int]
-            if update.get("deleted"):
-                change = (key, DELETED, None, update["seq"])
-            else:
-                exp = self.memory.expires.get(key)
-                change = (key, update.get("value"),
-                          None if exp is None else exp + self.wall_offset, update["seq"])
-            # One record a turn, however many keys change (a thousand keys expiring at
-            # once are one transaction): it stands before the first change's publication,
-            # so before every later one too.
-            rec = self._mem_record
-            if rec is None:
-                rec = self._mem_record = RecordMemory([])
-                self.out.append(rec)
-            rec.changes.append(change)
-        msg = p.Message("mem.sync", update, frm=self.name, ts=self._wall(self._now))
-        self.out.append(Publish(MEM_TOPIC, p.binary.encode(msg)))
 
-    def status(self, now: float) -> dict[str, Any]:
-        """Registry, queue depths and counters (the core composes it)."""
-        raise NotImplementedError
+class QueenState:
+    """The queen core's shared parts: settings, identity, outbox, counters, and how to
+    address a peer. ``now`` is the time of the event being handled (the driver's)."""
 
-    def _send(self, node: Node, msg: p.Message) -> None:
-        if not msg.frm:
-            msg.frm = self.name
-        if not msg.to:
-            msg.to = node.name
-        self._send_to(node.identity, node.codec, msg)
+    def __init__(self, config: QueenConfig, registry: Registry, *, epoch: str,
+                 wall_offset: float, authorized: Grants | None, now: float) -> None:
+        c = self.config = config
+        self.name = c.name
+        self.epoch = epoch
+        self.wall_offset = wall_offset
+        self.registry = registry
+        self.authorized = authorized
+        self.out = Outbox()
+        self.now = now
+        self.terms = p.QueenTerms(epoch=epoch, hb_interval=c.hb_interval,
+                                  hb_misses=c.hb_misses, assign_timeout=c.assign_timeout,
+                                  queen=c.name, max_message=c.max_message,
+                                  max_broadcast=c.max_broadcast)
+        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
+                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
+                                         "refused_keys": 0, "rate_limited": 0,
+                                         "idempotent_hits": 0, "resubmitted": 0,
+                                         "unregistered": 0, "forbidden": 0}
+        self.rates = RateBuckets(4 * registry.max_peers)
+        self.info = _Info()
+        # A standby (another queen leads the shared journal): every message gets
+        # ``not-leader`` with these fields (the leader's endpoint when known, the term).
+        self.standby: dict[str, Any] | None = None
+        self.term = 0  # the leadership term this core serves (0: no shared journal)
 
-    def _send_to(self, identity: bytes, codec: str, msg: p.Message) -> None:
+    def wall(self, now: float) -> float:
+        return now + self.wall_offset
+
+    # -- addressing peers -----------------------------------------------------------------
+
+    def _finish(self, identity: bytes, codec: str, msg: p.Message) -> Send:
         if not msg.frm:
             msg.frm = self.name
         if not msg.ts:
-            msg.ts = self._wall(self._now)
+            msg.ts = self.now + self.wall_offset
         if codec == BINARY and msg.body:
             node = self.registry.by_id.get(identity)
             if node is not None and "blobs" not in node.features:
                 msg.body = inline_blobs(msg.body)  # a feature not negotiated is not used
-        self.out.append(Send(identity, codec, msg))
+        return Send(identity, codec, msg)
 
-    def _error_to(self, identity: bytes, codec: str, code: str, message: str,
-                  ref: str | None, **extra: Any) -> None:
-        self._send_to(identity, codec, p.Message("error", {"code": code, "message": message,
-                                                           **extra}, ref=ref))
+    def send_to(self, identity: bytes, codec: str, msg: p.Message) -> None:
+        """Send now (in this turn's order, before its journal record)."""
+        self.out.actions.append(self._finish(identity, codec, msg))
 
+    def send(self, node: Node, msg: p.Message) -> None:
+        if not msg.to:
+            msg.to = node.name
+        self.send_to(node.identity, node.codec, msg)
+
+    def later(self, node: Node, msg: p.Message) -> None:
+        """Send after this turn's journal record and results: for what promises
+        durability (an acknowledgement, a result sent again) or follows a result."""
+        if not msg.to:
+            msg.to = node.name
+        self.out.after.append(self._finish(node.identity, node.codec, msg))
+
+    def later_to(self, identity: bytes, msg: p.Message) -> None:
+        """:meth:`later`, to a connection in the binary codec (a graph's client)."""
+        self.out.after.append(self._finish(identity, BINARY, msg))
+
+    def error_to(self, identity: bytes, codec: str, code: str, message: str,
+                 ref: str | None, **extra: Any) -> None:
+        self.send_to(identity, codec, p.Message("error", {"code": code, "message": message,
+                                                          **extra}, ref=ref))
+
+    def refuse(self, req: Incoming, code: str, message: str, **extra: Any) -> None:
+        """Answer ``req`` with an ``error`` naming what was wrong (it changes nothing)."""
+        self.error_to(req.identity, req.codec, code, message, req.msg.id, **extra)
+
+    # -- rights ---------------------------------------------------------------------------
+
+    def forbidden(self, req: Request, operation: str, owner: bool = False) -> bool:
+        """True (and ``forbidden`` sent) when the peer's key may not do ``operation``."""
+        node = req.node
+        roles = None
+        if self.authorized is not None and node.key is not None:
+            roles = frozenset(self.authorized.roles_of(node.key))
+        if permits(operation, roles, owner):
+            return False
+        self.counters["forbidden"] += 1
+        who = "an admin key" + (" or the task's submitter" if operation.startswith("task.")
+                                else "")
+        self.refuse(req, Code.FORBIDDEN, f"{operation} is allowed to {who} only; "
+                    f"{node.name!r} is not (meshant keys generate ... --role admin)",
+                    operation=operation)
+        return True
+
+    def not_negotiated(self, req: Request, feature: str) -> bool:
+        """A feature not negotiated is not used (spec §5): refuse its messages."""
+        if feature in req.node.features:
+            return False
+        self.counters["protocol_errors"] += 1
+        self.refuse(req, Code.UNSUPPORTED, f"this peer did not negotiate {feature!r} in "
+                    f"its hello: no {req.msg.kind} messages")
+        return True
+
+
+__all__ = ["HELLO_RATE", "LEGACY_HB_INTERVAL", "Arrival", "Grants", "Incoming",
+           "QueenConfig", "QueenState", "RateBuckets", "Request"]

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from meshant.core.heartbeat import HeartbeatMonitor
-
-if TYPE_CHECKING:
-    from meshant.core.tasks import Attempt
 
 # Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
 # registration this many heartbeat timeouts (a direct client may sit idle between calls),
@@ -42,7 +39,8 @@ class Node:
     joined: float = 0.0
     last_seen: float = 0.0
     state: str = ACTIVE
-    in_flight: dict[str, Attempt] = field(default_factory=dict)
+    # Slots taken: kept by the scheduler, which owns what runs where (the attempts).
+    busy: int = 0
     load: float | None = None
     timeout: float = 0.0
     session: str = ""
@@ -50,7 +48,7 @@ class Node:
 
     @property
     def free(self) -> int:
-        return self.slots - len(self.in_flight) if self.state == ACTIVE else 0
+        return self.slots - self.busy if self.state == ACTIVE else 0
 
     def record(self, now: float) -> dict[str, Any]:
         """The registry record as shown by ``status`` and ``tool.reply``."""
@@ -59,7 +57,7 @@ class Node:
             "role": self.role,
             "state": self.state,
             "slots": self.slots,
-            "in_flight": len(self.in_flight),
+            "in_flight": self.busy,
             "tools": sorted(self.tools),
             "labels": self.labels,
             "host": self.host,
@@ -80,7 +78,9 @@ class Registry:
         self.max_peers = max_peers
         self.by_id: dict[bytes, Node] = {}
         self.by_name: dict[str, Node] = {}
-        self.by_tool: dict[str, set[str]] = {}
+        # Names per tool, in the order they joined (a dict, not a set: the same colony
+        # picks the same forager in every run, which the simulator's replays rely on).
+        self.by_tool: dict[str, dict[str, None]] = {}
         self.gone: deque[dict[str, Any]] = deque(maxlen=64)
         self.monitor = HeartbeatMonitor(hb_interval, hb_misses)
 
@@ -122,7 +122,7 @@ class Registry:
         self.by_id[node.identity] = node
         self.by_name[node.name] = node
         for t in node.tools:
-            self.by_tool.setdefault(t, set()).add(node.name)
+            self.by_tool.setdefault(t, {})[node.name] = None
         return node
 
     def touch(self, node: Node, now: float) -> None:
@@ -139,7 +139,7 @@ class Registry:
         for t in node.tools:
             names = self.by_tool.get(t)
             if names is not None:
-                names.discard(node.name)
+                names.pop(node.name, None)
                 if not names:
                     del self.by_tool[t]
 

@@ -1,19 +1,15 @@
-"""The queen's scheduler: priority queues, capability routing, slot credits, leases, fencing.
+"""The queen's scheduler: the task lifecycle, assignment by capability, slots and leases,
+reissue with attempt fencing. Sans-IO: events come in as method calls with the current
+monotonic time; what to put on the wire goes to the core's outbox as typed work
+(:class:`~meshant.core.outbox.Assign`, ``Revoke``, ``Deliver``, ``Watch``).
 
-Sans-IO. The queen feeds it events with the current monotonic time and drains ``out``,
-a list of actions to put on the wire:
-
-* ``("assign", node, attempt)``  — send ``task.assign`` for ``attempt`` to ``node``
-* ``("cancel", node, attempt)``  — send ``task.cancel`` for an abandoned attempt
-* ``("deliver", task, kind, body)`` — send ``kind`` (progress, partial or final result)
-  to the task's submitter
-
-Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks`, the task
-model); every state change goes through ``_move`` so an illegal one is a bug that shows,
-not a silent corruption. Which forager gets a task, and the circuit breakers, are
-:mod:`meshant.core.scheduler_routing`; dead letters, restoring from the journal and
-archive lookups are :mod:`meshant.core.scheduler_store`. Retry delays are
-:class:`meshant.core.policy.Backoff`'s.
+Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks`); every
+state change goes through ``_move``, so an illegal one is a bug that shows, not a silent
+corruption. The scheduler is composed of collaborators that own their state: the ready
+queues (:mod:`.queues`), the timers (:mod:`.timers`), the circuit breakers
+(:mod:`.breakers`), the dead letters (:mod:`.dead_letters`). It owns the in-flight
+relation itself: which attempts run on which forager (``running``), so the registry knows
+how many slots a forager has taken (``Node.busy``) but not what runs in them.
 """
 
 from __future__ import annotations
@@ -22,13 +18,15 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from meshant.core.policy import Backoff, Breaker
+from meshant.core.breakers import Breakers
+from meshant.core.dead_letters import DeadLetters
+from meshant.core.outbox import Assign, Deliver, Outbox, Revoke, Watch
+from meshant.core.policy import Backoff
+from meshant.core.queues import TaskQueues
 from meshant.core.registry import ACTIVE, Node, Registry
-from meshant.core.scheduler_routing import Routing
-from meshant.core.scheduler_store import TaskStore
 from meshant.core.tasks import (
     ACCEPTED,
     ASSIGNED,
@@ -42,29 +40,40 @@ from meshant.core.tasks import (
     Task,
     slim,
 )
+from meshant.core.timers import TaskTimers
 from meshant.errors import QueueFull
 from meshant.protocol.codes import Code
 
 __all__ = [  # the task model is re-exported: it is what the scheduler takes and gives
     "ACCEPTED", "ASSIGNED", "CANCELLED", "COMPLETED", "FAILED", "FINAL", "QUEUED",
-    "TRANSITIONS", "Attempt", "DuplicateTask", "QueueFull", "Scheduler", "Task",
+    "TRANSITIONS", "Attempt", "QueueFull", "Scheduler", "Task", "revive",
 ]
 
 
-class DuplicateTask(Exception):
-    """A task with this id is already known."""
+def revive(r: dict[str, Any], to_wall: float) -> Task:
+    """A Task from a journal row (``Journal.unfinished``/``find``); ``to_wall`` turns the
+    row's wall-clock times into the scheduler's clock."""
+    task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
+                client_name=r["client_name"], priority=r["priority"],
+                timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
+                max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
+                attempt=r["attempt"], tries=r["tries"], restored=True,
+                key=r.get("idem_key"), retry_base=r.get("retry_base"),
+                retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")))
+    task.submitted = r["created"] - to_wall
+    if "events" in r:
+        task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
+        task.logged = len(task.history)
+    return task
 
 
-# Which Task field holds the id of a task's pending timer of each kind (0: none pending).
-_TIMER_FIELD = {"deadline": "deadline_timer", "wait": "waiting", "retry": "retry_timer"}
-_COMPACT_MIN = 64  # a queue heap smaller than this is rebuilt at its first stale entry
-
-class Scheduler(Routing, TaskStore):
+class Scheduler:
     """Queues, assignment and the task lifecycle. All times are the queen's monotonic clock."""
 
     def __init__(
         self,
         registry: Registry,
+        outbox: Outbox | None = None,
         *,
         assign_timeout: float = 300.0,
         max_queue: int = 100_000,
@@ -75,6 +84,7 @@ class Scheduler(Routing, TaskStore):
         breaker_cooldown: float = 30.0,
     ) -> None:
         self.registry = registry
+        self.outbox = outbox if outbox is not None else Outbox()
         self.assign_timeout = assign_timeout
         self.max_queue = max_queue
         self.keep_done = keep_done
@@ -82,17 +92,14 @@ class Scheduler(Routing, TaskStore):
         self.tasks: dict[str, Task] = {}
         self.done: OrderedDict[str, Task] = OrderedDict()
         self.attempts: dict[str, Attempt] = {}
-        self.queues: dict[str, list[tuple[int, int, str]]] = {}
-        self.queued = 0
-        # Entries of tasks that left a queue without being popped, per capability: the
-        # heap is rebuilt once they are half of it.
-        self._queue_stale: dict[str, int] = {}
-        # (when, id, task id, kind): a heap, with lazily deleted entries. Those of tasks
-        # that left the queue or finished are stale; counting the live ones lets the heap
-        # be compacted when it is mostly stale (and emptied when nothing is live).
-        self.timers: list[tuple[float, int, str, str]] = []
-        self._live_timers = 0
-        self.out: list[tuple[Any, ...]] = []
+        # What runs where: a forager's attempts, by assign id.
+        self.running: dict[Node, dict[str, Attempt]] = {}
+        self.queues = TaskQueues(self.tasks)
+        self.timers = TaskTimers(self.tasks)
+        self.breakers = Breakers(breaker_threshold, breaker_cooldown)
+        self.dead = DeadLetters()
+        self.dlq = self.dead.tasks
+        self.queued = 0  # queued tasks, those in a retry backoff included
         self.counters: dict[str, int] = {
             "submitted": 0, "completed": 0, "failed": 0, "cancelled": 0, "reissued": 0,
             "rejected": 0, "duplicates": 0, "unknown_results": 0, "retried": 0,
@@ -102,7 +109,6 @@ class Scheduler(Routing, TaskStore):
         # No lease of a running attempt ends before this: tick() scans the foragers only
         # from then on (leases only ever move later, new attempts lower it).
         self._lease_due = math.inf
-        self._timer_n = itertools.count(1)
         self.dirty = False
         self._now = 0.0
         # Tasks changed since the journal last looked (it drains this once per turn);
@@ -114,22 +120,40 @@ class Scheduler(Routing, TaskStore):
         self.held: dict[str, Attempt] = {}
         self.by_key: dict[str, str] = {}
         self.backoff = backoff or Backoff()
-        self.breaker_threshold = breaker_threshold
-        self.breaker_cooldown = breaker_cooldown
-        self.forager_breakers: dict[str, Breaker] = {}
-        self.cap_breakers: dict[str, Breaker] = {}
-        self.dlq: OrderedDict[str, Task] = OrderedDict()
-        # Where final tasks that are not in memory are found: the queen's journal (its
-        # find, find_key and has), or None. ``to_wall`` turns its wall-clock times into
-        # this clock's (set by ``restore``).
-        self.archive: Any = None
+        # Turns the journal's wall-clock times into this clock's (set by ``restore``).
         self.to_wall = 0.0
         # Graphs (meshant.core.graph_book): told when a graph node's task ends.
         self.on_graph_final: Callable[[Task], None] | None = None
+        # Whether a task id may exist outside memory (the archive index), for dlq retry.
+        self.archived: Callable[[str], bool] = lambda task_id: False
+
+    # -- the in-flight relation -----------------------------------------------------------
+
+    def running_on(self, node: Node) -> dict[str, Attempt]:
+        """The attempts ``node`` runs (do not change the dict)."""
+        return self.running.get(node) or {}
+
+    def _hold(self, node: Node, att: Attempt) -> None:
+        runs = self.running.get(node)
+        if runs is None:
+            runs = self.running[node] = {}
+        runs[att.id] = att
+        node.busy = len(runs)
+
+    def _drop(self, node: Node, att_id: str) -> Attempt | None:
+        runs = self.running.get(node)
+        if runs is None:
+            return None
+        att = runs.pop(att_id, None)
+        node.busy = len(runs)
+        if not runs:
+            del self.running[node]
+        return att
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
-    def _move(self, task: Task, state: str, now: float, why: str = "") -> None:
+    def move(self, task: Task, state: str, now: float, why: str = "") -> None:
+        """Change the task's state (an illegal change is a bug: RuntimeError)."""
         if state not in TRANSITIONS[task.state]:
             raise RuntimeError(f"illegal task transition {task.state} -> {state} ({task.id})")
         task.state = state
@@ -137,69 +161,23 @@ class Scheduler(Routing, TaskStore):
         if self.track_changes:
             self.changed[task.id] = task
 
+    def note(self, task: Task, now: float, what: str, why: str) -> None:
+        """Add a line to the task's audit trail that is not a state (a question, an
+        answer, progress): journaled with the task's next record."""
+        task.history.append((now, what, why))
+        if self.track_changes:
+            self.changed[task.id] = task
+
     def _enqueue(self, task: Task, now: float | None = None, delay: float = 0.0) -> None:
         self.queued += 1
         if delay > 0 and now is not None:
             # Counted as queued from now; it joins its queue when the backoff ends.
-            self._timer(now + delay, task, "retry")
+            self.timers.set(now + delay, task, "retry")
             return
-        heapq.heappush(self.queues.setdefault(task.capability, []),
-                       (task.priority, task.order, task.id))
+        self.queues.push(task)
         self.dirty = True
         if now is not None and not self._anyone_serves(task):
             self._wait_for_forager(task, now)
-
-    def _timer(self, when: float, task: Task, what: str) -> None:
-        n = next(self._timer_n)
-        field_ = _TIMER_FIELD[what]
-        if getattr(task, field_):
-            self._live_timers -= 1  # replaced: the old entry is stale from now on
-        setattr(task, field_, n)
-        heapq.heappush(self.timers, (when, n, task.id, what))
-        self._live_timers += 1
-
-    def _untimer(self, task: Task, what: str) -> None:
-        """Forget ``task``'s pending timer of kind ``what`` (its heap entry goes stale)."""
-        field_ = _TIMER_FIELD[what]
-        if getattr(task, field_):
-            setattr(task, field_, 0)
-            self._live_timers -= 1
-            self._compact_timers()
-
-    def _timer_live(self, entry: tuple[float, int, str, str]) -> bool:
-        task = self.tasks.get(entry[2])
-        return task is not None and getattr(task, _TIMER_FIELD[entry[3]]) == entry[1]
-
-    def _compact_timers(self) -> None:
-        timers = self.timers
-        if self._live_timers <= 0:
-            self._live_timers = 0
-            timers.clear()  # in place: tick() may be walking it
-        elif len(timers) > 2 * self._live_timers:
-            # Stale entries never outnumber live ones; amortized O(1) per stale entry.
-            live = [e for e in timers if self._timer_live(e)]
-            heapq.heapify(live)
-            timers[:] = live
-            self._live_timers = len(live)
-
-    def _compact_queues(self) -> None:
-        """Rebuild the queues whose entries are mostly those of tasks gone from them."""
-        for cap, stale in list(self._queue_stale.items()):
-            heap = self.queues.get(cap)
-            if heap is None:
-                del self._queue_stale[cap]
-                continue
-            if stale * 2 < len(heap) and len(heap) >= _COMPACT_MIN:
-                continue
-            tasks = self.tasks
-            live = [e for e in heap if (t := tasks.get(e[2])) is not None
-                    and t.state == QUEUED and t.order == e[1] and not t.retry_timer]
-            del self._queue_stale[cap]
-            if live:
-                heapq.heapify(live)
-                heap[:] = live
-            else:
-                del self.queues[cap]
 
     def _finish(self, task: Task, state: str, now: float, body: dict[str, Any]) -> None:
         """Make ``task`` final and emit its one and only final result."""
@@ -207,11 +185,12 @@ class Scheduler(Routing, TaskStore):
             self.queued -= 1
             if not task.retry_timer:
                 # Its queue entry stays behind, stale, until the queue is compacted.
-                cap = task.capability
-                self._queue_stale[cap] = self._queue_stale.get(cap, 0) + 1
-        for what in ("deadline", "wait", "retry"):
-            self._untimer(task, what)
-        self._move(task, state, now, body.get("error", {}).get("code", "") if state == FAILED
+                self.queues.left(task)
+        timers = self.timers
+        timers.unset(task, "deadline")
+        timers.unset(task, "wait")
+        timers.unset(task, "retry")
+        self.move(task, state, now, body.get("error", {}).get("code", "") if state == FAILED
                    else "")
         self.counters[state] += 1
         body["task"] = task.id
@@ -223,11 +202,11 @@ class Scheduler(Routing, TaskStore):
             # No longer needed (a failed task's may be retried); a task whose first
             # journal write waited for its end keeps it until that write has it.
             task.payload = None
-        self.out.append(("deliver", task, "task.result", body))
+        work = self.outbox.work
+        work.append(Deliver(task, "task.result", body))
         for identity, name, alias in task._watchers or ():
             # Later submissions with the same idempotency key get the same result.
-            self.out.append(("watch", identity, name, {**body, "task": alias,
-                                                        "original": task.id}))
+            work.append(Watch(identity, name, {**body, "task": alias, "original": task.id}))
         del self.tasks[task.id]
         self.done[task.id] = task
         while len(self.done) > self.keep_done:
@@ -249,15 +228,14 @@ class Scheduler(Routing, TaskStore):
     def _dead_letter(self, task: Task) -> None:
         """Every failed task lands in the dead-letter queue, with its last error, until
         retried or purged."""
-        task.dead = True
-        self.dlq[task.id] = task
+        self.dead.add(task)
         self.counters["dead_lettered"] += 1
 
     def _retry_later(self, task: Task, now: float, why: str) -> None:
         """Queue the task again after a jittered backoff: its own policy, else the queen's."""
         delay = self.backoff.delay(task.tries - 1, task.retry_base, task.retry_cap)
         self.counters["retried"] += 1
-        self._move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
+        self.move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
         self._enqueue(task, now, delay)
 
     def _abandon(self, task: Task, now: float, *, cancel: bool) -> None:
@@ -267,18 +245,27 @@ class Scheduler(Routing, TaskStore):
             return
         task.current = None
         att.live = False
-        att.node.in_flight.pop(att.id, None)
+        self._drop(att.node, att.id)
         self.dirty = True
         if cancel and att.node.state == ACTIVE:
-            self.out.append(("cancel", att.node, att))
+            self.outbox.work.append(Revoke(att.node, att))
+
+    def _abandon_keep_slot(self, task: Task) -> None:
+        # A cancelled attempt may still be running: its slot stays taken until the forager
+        # answers or the lease runs out, so the forager is never given more than its slots.
+        att = task.current
+        if att is None:
+            return
+        task.current = None
+        att.live = False
+        if att.node.state == ACTIVE:
+            self.outbox.work.append(Revoke(att.node, att))
 
     # -- events in ------------------------------------------------------------------------
 
-    def submit(self, task: Task, now: float, *, unknown: bool = False) -> Task:
-        """Queue a new task. Raises QueueFull or DuplicateTask and changes nothing then.
-        ``unknown=True``: the caller has just checked that the id is new (``known``)."""
-        if not unknown and self._known(task.id):
-            raise DuplicateTask(task.id)
+    def submit(self, task: Task, now: float) -> Task:
+        """Queue a new task (its id is new: the caller checked). Raises QueueFull and
+        changes nothing then."""
         if self.queued >= self.max_queue:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
         task.order = next(self._order)
@@ -296,7 +283,7 @@ class Scheduler(Routing, TaskStore):
         self.counters["submitted"] += 1
         if task.timeout is not None:
             task.deadline = now + task.timeout
-            self._timer(task.deadline, task, "deadline")
+            self.timers.set(task.deadline, task, "deadline")
         if not self._anyone_serves(task):
             self._wait_for_forager(task, now)
         self._enqueue(task)
@@ -312,17 +299,6 @@ class Scheduler(Routing, TaskStore):
                                                       "message": "cancelled by the client"}})
         return task
 
-    def _abandon_keep_slot(self, task: Task) -> None:
-        # A cancelled attempt may still be running: its slot stays taken until the forager
-        # answers or the lease runs out, so the forager is never given more than its slots.
-        att = task.current
-        if att is None:
-            return
-        task.current = None
-        att.live = False
-        if att.node.state == ACTIVE:
-            self.out.append(("cancel", att.node, att))
-
     def lookup(self, node: Node, ref: str | None) -> tuple[str, Attempt | None]:
         """Classify a forager's message about an assign: ok, duplicate, foreign, unknown."""
         att = self.attempts.get(ref) if ref is not None else None
@@ -337,7 +313,7 @@ class Scheduler(Routing, TaskStore):
     def accept(self, att: Attempt, now: float) -> None:
         att.lease = now + self.assign_timeout
         if att.task.state == ASSIGNED:
-            self._move(att.task, ACCEPTED, now, att.node.name)
+            self.move(att.task, ACCEPTED, now, att.node.name)
 
     def reject(self, att: Attempt, reason: str, now: float) -> None:
         task = att.task
@@ -348,36 +324,39 @@ class Scheduler(Routing, TaskStore):
         task.rejected.add(att.node.identity)
         task.add_reason(f"{att.node.name}: {reason}")
         self._abandon(task, now, cancel=False)
-        self._move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
+        self.move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
         self._enqueue(task, now)
 
     def progress(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         att.lease = now + self.assign_timeout
         task = att.task
         if task.state == ASSIGNED:
-            self._move(task, ACCEPTED, now, f"{att.node.name} (implied)")
+            self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         # The audit trail keeps each progress report (not a state: the task stays put).
-        task.history.append((now, "progress", f"{body.get('fraction', '')} "
-                             f"{body.get('note', '')}".strip()))
-        if self.track_changes:
-            self.changed[task.id] = task
+        self.note(task, now, "progress",
+                  f"{body.get('fraction', '')} {body.get('note', '')}".strip())
         out = {"task": task.id, "seq": task.next_seq()}
         for k in ("fraction", "note"):
             if k in body:
                 out[k] = body[k]
-        self.out.append(("deliver", task, "task.progress", out))
+        self.outbox.work.append(Deliver(task, "task.progress", out))
+
+    def deliver(self, task: Task, kind: str, body: dict[str, Any]) -> None:
+        """An update of the task for its submitter (and its watchers), in sequence."""
+        self.outbox.work.append(Deliver(task, kind, {"task": task.id, "seq": task.next_seq(),
+                                                     **body}))
 
     def result(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         """A result for the current attempt: partial (relayed) or final (delivered once)."""
         task = att.task
         if task.state == ASSIGNED:
             # A forager may skip task.accept for a task that finishes at once.
-            self._move(task, ACCEPTED, now, f"{att.node.name} (implied)")
+            self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         if body.get("partial"):
             att.lease = now + self.assign_timeout
-            self.out.append(("deliver", task, "task.result",
-                             {"task": task.id, "seq": task.next_seq(), "partial": True,
-                              "value": body.get("value")}))
+            self.outbox.work.append(Deliver(task, "task.result", {
+                "task": task.id, "seq": task.next_seq(), "partial": True,
+                "value": body.get("value")}))
             return
         status = body.get("status", "ok")
         if status == "cancelled":
@@ -386,39 +365,39 @@ class Scheduler(Routing, TaskStore):
             task.add_avoid(att.node.identity)
             self._abandon(task, now, cancel=False)
             self.counters["reissued"] += 1
-            self._move(task, QUEUED, now, f"given up by {att.node.name}")
+            self.move(task, QUEUED, now, f"given up by {att.node.name}")
             self._enqueue(task, now)
             return
         self._abandon(task, now, cancel=False)
         if status == "ok":
-            self._outcome(att, True, now, capability_too=True)
+            self.breakers.outcome(att.node.name, task.capability, True, now)
             # IACP 1.1 results carry their fields in the body itself (status, artifacts...).
             result = body["result"] if "result" in body else {
                 k: v for k, v in body.items() if k not in ("status", "ref", "partial")} or None
             self._finish(task, COMPLETED, now, {"result": result})
+            return
+        raw = body.get("error")
+        err: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
+        if err.get("code") == Code.TOO_LARGE:
+            # The forager could not send its result: running it again cannot help.
+            self.too_large(att, emsg, now)
+            return
+        if task.tries == 0:
+            # Breakers count failing tasks, not one task's retries: a payload its
+            # handler rejects must not shut a capability down, an outage does.
+            self.breakers.outcome(att.node.name, task.capability, False, now)
+        task.tries += 1
+        task.add_reason(f"{att.node.name}: {etype}: {emsg}")
+        if task.tries >= task.max_attempts:
+            self._abandon(task, now, cancel=False)
+            self._finish(task, FAILED, now, {"error": {
+                "code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
+                "forager": att.node.name, "cause": Code.HANDLER_ERROR,
+                "attempts": task.attempt}})
+            self._dead_letter(task)
         else:
-            raw = body.get("error")
-            err: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            etype, emsg = str(err.get("type", "Error")), str(err.get("message", ""))
-            if err.get("code") == Code.TOO_LARGE:
-                # The forager could not send its result: running it again cannot help.
-                self.too_large(att, emsg, now)
-                return
-            if task.tries == 0:
-                # Breakers count failing tasks, not one task's retries: a payload its
-                # handler rejects must not shut a capability down, an outage does.
-                self._outcome(att, False, now, capability_too=True)
-            task.tries += 1
-            task.add_reason(f"{att.node.name}: {etype}: {emsg}")
-            if task.tries >= task.max_attempts:
-                self._abandon(task, now, cancel=False)
-                self._finish(task, FAILED, now, {"error": {
-                    "code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
-                    "forager": att.node.name, "cause": Code.HANDLER_ERROR,
-                    "attempts": task.attempt}})
-                self._dead_letter(task)
-            else:
-                self._retry_later(task, now, f"{etype} on {att.node.name}")
+            self._retry_later(task, now, f"{etype} on {att.node.name}")
 
     def too_large(self, att: Attempt, message: str, now: float) -> None:
         """The attempt's result is over the size limit: the task fails at once, for good
@@ -431,14 +410,17 @@ class Scheduler(Routing, TaskStore):
 
     def release(self, att: Attempt) -> None:
         """A forager finished an abandoned attempt: free its slot."""
-        if att.node.in_flight.pop(att.id, None) is not None:
+        if self._drop(att.node, att.id) is not None:
             self.dirty = True
 
-    def renew(self, node: Node, refs: list[Any], now: float) -> None:
+    def renew(self, node: Node, refs: Iterable[Any], now: float) -> None:
         """A heartbeat listing the attempts a forager is running renews their leases."""
         lease = now + self.assign_timeout
+        runs = self.running.get(node)
+        if runs is None:
+            return
         for ref in refs:
-            att = node.in_flight.get(ref) if isinstance(ref, str) else None
+            att = runs.get(ref) if isinstance(ref, str) else None
             if att is not None:
                 att.lease = lease
 
@@ -448,11 +430,11 @@ class Scheduler(Routing, TaskStore):
     def forager_rejoined(self, old: Node, new: Node, running: list[Any], now: float) -> None:
         """A forager said hello again: adopt the attempts it still runs, reissue the rest."""
         keep = {r for r in running if isinstance(r, str)}
-        for att in list(old.in_flight.values()):
-            old.in_flight.pop(att.id, None)
-            if att.id in keep and len(new.in_flight) < new.slots:
+        for att in list(self.running_on(old).values()):
+            self._drop(old, att.id)
+            if att.id in keep and new.busy < new.slots:
                 att.node = new
-                new.in_flight[att.id] = att
+                self._hold(new, att)
                 att.lease = now + self.assign_timeout
                 self._lease_due = min(self._lease_due, att.lease)
             elif att.live and att.task.current is att:
@@ -467,13 +449,13 @@ class Scheduler(Routing, TaskStore):
 
     def forager_lost(self, node: Node, now: float, why: str = "forager lost") -> None:
         """Reissue everything a vanished forager was running."""
-        for att in list(node.in_flight.values()):
-            node.in_flight.pop(att.id, None)
+        for att in list(self.running_on(node).values()):
+            self._drop(node, att.id)
             if att.live and att.task.current is att:
                 self._reissue(att.task, now, f"{why}: {node.name}")
         # Queued tasks only this forager could serve now wait for another, for a while.
-        for tool in node.tools:
-            for _, _, task_id in self.queues.get(tool, ()):
+        for tool in sorted(node.tools):
+            for _, _, task_id in self.queues.entries(tool):
                 task = self.tasks.get(task_id)
                 if task is not None and task.state == QUEUED and not self._anyone_serves(task):
                     self._wait_for_forager(task, now)
@@ -488,7 +470,7 @@ class Scheduler(Routing, TaskStore):
             # while a restarted one connects afresh and may take the task again.
             task.add_avoid(old.node.identity)
         if old is not None and old.node.identity:
-            self._outcome(old, False, now, capability_too=False)
+            self.breakers.outcome(old.node.name, None, False, now)
         if task.tries >= task.max_attempts:
             self._fail(task, now, Code.ATTEMPTS_EXHAUSTED,
                        f"gave up after {task.tries} attempts; last: {why}",
@@ -497,7 +479,7 @@ class Scheduler(Routing, TaskStore):
         self._abandon(task, now, cancel=True)
         self.counters["reissued"] += 1
         task.add_reason(why)
-        self._move(task, QUEUED, now, why)
+        self.move(task, QUEUED, now, why)
         self._enqueue(task, now)
 
     def tick(self, now: float) -> None:
@@ -510,33 +492,24 @@ class Scheduler(Routing, TaskStore):
                                   "queen restarted", avoid=False)
         if now >= self._lease_due:
             due = math.inf
-            for node in self.registry.foragers():
-                if not node.in_flight:
+            for node, runs in list(self.running.items()):
+                if node.role != "forager":
                     continue
-                for att in list(node.in_flight.values()):
+                for att in list(runs.values()):
                     if att.lease <= now:
                         if att.live and att.task.current is att:
                             self._reissue(att.task, now, f"assign timeout on {node.name}",
                                           cause=Code.ASSIGN_TIMEOUT)
                         else:
-                            node.in_flight.pop(att.id, None)
+                            self._drop(node, att.id)
                             self.dirty = True
                     elif att.lease < due:
                         due = att.lease
             self._lease_due = due
-        timers = self.timers
-        while timers and timers[0][0] <= now:
-            _, n, task_id, what = heapq.heappop(timers)
-            task = self.tasks.get(task_id)
-            field_ = _TIMER_FIELD[what]
-            if task is None or getattr(task, field_) != n:
-                continue  # stale: its task finished or left the queue
-            setattr(task, field_, 0)
-            self._live_timers -= 1
+        for task, what in self.timers.due(now):
             if what == "retry":
                 if task.state == QUEUED:
-                    heapq.heappush(self.queues.setdefault(task.capability, []),
-                                   (task.priority, task.order, task.id))
+                    self.queues.push(task)
                     self.dirty = True
                     if not self._anyone_serves(task):
                         self._wait_for_forager(task, now)
@@ -553,9 +526,8 @@ class Scheduler(Routing, TaskStore):
             elif what == "wait" and task.state == QUEUED and not self._anyone_serves(task):
                 self._fail(task, now, Code.NO_FORAGER,
                            f"{self._nobody(task)} joined within {task.wait:g} s")
-        self._compact_timers()
-        if self._queue_stale:
-            self._compact_queues()
+        self.timers.compact()
+        self.queues.compact()
 
     @staticmethod
     def _nobody(task: Task) -> str:
@@ -570,7 +542,7 @@ class Scheduler(Routing, TaskStore):
         # Only tasks nobody can serve get a timer: the common case pays nothing for it.
         # It goes when the task leaves the queue; back in it, the wait starts afresh.
         if not task.waiting:
-            self._timer(now + task.wait, task, "wait")
+            self.timers.set(now + task.wait, task, "wait")
 
     def _anyone_serves(self, task: Task) -> bool:
         for node in self.registry.serving(task.capability):
@@ -580,7 +552,171 @@ class Scheduler(Routing, TaskStore):
                 continue
             return True
         return False
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def _pick(self, task: Task) -> Node | None:
+        best: Node | None = None
+        best_load = 2.0
+        by_name = self.registry.by_name
+        names: Iterable[str] = self.registry.by_tool.get(task.capability, ())
+        if task.to is not None:
+            names = (task.to,) if task.to in names else ()
+        breakers = self.breakers
+        now = self._now
+        for name in names:
+            node = by_name[name]
+            if node.state != ACTIVE or (task.avoid and node.identity in task.avoid):
+                continue
+            if not breakers.forager_allows(name, now):
+                continue  # its circuit is open: it keeps failing
+            busy = node.busy
+            if busy >= node.slots:
+                continue
+            if task.labels and any(node.labels.get(k) != v for k, v in task.labels.items()):
+                continue
+            load = busy / node.slots
+            if load < best_load:
+                best, best_load = node, load
+                if busy == 0:
+                    break
+        return best
+
+    def _has_capacity(self, capability: str) -> bool:
+        by_name = self.registry.by_name
+        return any(by_name[n].free > 0 for n in self.registry.by_tool.get(capability, ()))
+
+    def _all_rejected(self, task: Task) -> bool:
+        names: Iterable[str] = self.registry.by_tool.get(task.capability, {})
+        if task.to is not None:
+            names = [task.to] if task.to in names else []
+        names = list(names)
+        by_name = self.registry.by_name
+        rejected = task.rejected
+        return bool(names) and rejected is not None and all(
+            by_name[n].identity in rejected for n in names)
+
+    def dispatch(self, now: float, scan_limit: int = 256) -> int:
+        """Assign queued tasks to free capable foragers. Returns how many were assigned."""
+        self.dirty = False
+        assigned = 0
+        self._now = now
+        queues = self.queues
+        for cap, heap in list(queues.heaps.items()):
+            if not self.breakers.capability_allows(cap, now):
+                continue  # this capability keeps failing everywhere: hold its tasks
+            skipped: list[tuple[int, int, str]] = []
+            while heap and len(skipped) < scan_limit and self._has_capacity(cap):
+                entry = heapq.heappop(heap)
+                task = queues.is_current(entry)
+                if task is None:
+                    continue
+                node = self._pick(task)
+                if node is None:
+                    if self._all_rejected(task):
+                        reasons = task.reasons or []
+                        self._fail(task, now, Code.REJECTED, "rejected by every capable forager: "
+                                   + "; ".join(reasons), reasons=reasons, cause=Code.REJECTED)
+                    else:
+                        skipped.append(entry)
+                    continue
+                self.queued -= 1
+                self._assign(task, node, now)
+                assigned += 1
+            for entry in skipped:
+                heapq.heappush(heap, entry)
+            queues.settle(cap)
+        return assigned
+
+    def _assign(self, task: Task, node: Node, now: float) -> None:
+        self.breakers.started(node.name, task.capability)
+        self.timers.unset(task, "wait")  # it left the queue: no longer waiting for a forager
+        task.attempt += 1
+        att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
+                      now + self.assign_timeout)
+        task.current = att
+        self._hold(node, att)
+        if att.lease < self._lease_due:
+            self._lease_due = att.lease
+        self.attempts[att.id] = att
+        self.move(task, ASSIGNED, now, node.name)
+        self.outbox.work.append(Assign(node, att))
+
+    # -- restart --------------------------------------------------------------------------
+
+    def restore(self, rows: list[dict[str, Any]], now: float, wall_now: float,
+                grace: float) -> int:
+        """Take back a journal's tasks after a restart; returns how many are unfinished.
+
+        ``rows``: the unfinished tasks and the dead letters (``Journal.unfinished``).
+        Other final tasks stay on disk, read when asked for (``core/archive.py``)."""
+        self.to_wall = wall_now - now
+        unfinished = 0
+        for r in rows:
+            if r["final"] is not None and not r.get("dead"):
+                continue  # finished: the journal keeps it
+            task = revive(r, self.to_wall)
+            slim(task)
+            task.order = next(self._order)
+            task.submitted = min(now, task.submitted)
+            if task.final is not None:
+                self.dlq[task.id] = task  # a dead letter: kept for dlq list/show/retry
+                continue
+            if task.key is not None:
+                self.by_key[task.key] = task.id
+            unfinished += 1
+            self.tasks[task.id] = task
+            if task.timeout is not None:
+                task.deadline = task.submitted + task.timeout
+                self.timers.set(task.deadline, task, "deadline")
+            if task.state == QUEUED:
+                self._enqueue(task, now)
+                continue
+            # Assigned before the restart: perhaps still running on its forager.
+            ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",
+                         state="offline")
+            att = Attempt(f"{task.id}.{task.attempt}", task, ghost, task.attempt, now + grace)
+            task.current = att
+            self.attempts[att.id] = att
+            self.held[att.id] = att
+        self.dirty = True
+        return unfinished
+
+    def adopt(self, node: Node, refs: list[Any], now: float) -> int:
+        """A forager's hello lists what it runs: take back the held attempts it names."""
+        n = 0
+        for ref in refs:
+            att = self.held.get(ref) if isinstance(ref, str) else None
+            if att is None or att.node.name != node.name or node.busy >= node.slots:
+                continue
+            del self.held[ref]
+            att.node = node
+            att.lease = now + self.assign_timeout
+            self._lease_due = min(self._lease_due, att.lease)
+            self._hold(node, att)
+            n += 1
+        return n
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def dlq_retry(self, task_id: str, client: bytes, client_name: str, now: float) -> Task:
+        """Submit a dead letter's work again as a new task (for ``client``)."""
+        old, new = self.dead.retry(task_id, client, client_name,
+                                   lambda i: self.find_live(i) is not None or self.archived(i))
+        if self.track_changes:
+            self.changed[old.id] = old
+        return self.submit(new, now)
+
+    def dlq_purge(self, task_id: str) -> None:
+        task = self.dead.purge(task_id)
+        if self.track_changes:
+            self.changed[task.id] = task
+
     # -- queries --------------------------------------------------------------------------
+
+    def find_live(self, task_id: str) -> Task | None:
+        """A task the scheduler holds: running, recently finished, or a dead letter."""
+        return self.tasks.get(task_id) or self.done.get(task_id) or self.dlq.get(task_id)
 
     def depths(self) -> dict[str, int]:
         depth: dict[str, int] = {}
@@ -588,4 +724,3 @@ class Scheduler(Routing, TaskStore):
             if t.state == QUEUED:
                 depth[t.capability] = depth.get(t.capability, 0) + 1
         return depth
-

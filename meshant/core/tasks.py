@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from meshant.core.registry import Node
+from meshant.core.registry import Node
 
 
 QUEUED = "queued"
@@ -108,6 +107,9 @@ class Task:
 
 @dataclass(slots=True, eq=False)
 class Attempt:
+    """One run of a task on one forager: ``id`` is ``<task>.<number>``, the assign id the
+    forager answers with. ``live`` until fenced off (reissued, cancelled, finished)."""
+
     id: str
     task: Task
     node: Node

@@ -182,7 +182,7 @@ class Observer:
         by_state: dict[str, int] = {}
         slots_free = missed = in_flight = waiting_input = 0
         monitor = core.registry.monitor
-        breakers = sched.forager_breakers
+        breakers = sched.breakers.foragers
         clients = 0
         for node in list(core.registry.by_id.values()):
             if node.role != "forager":
@@ -197,8 +197,8 @@ class Observer:
             foragers.append(rec)
             _bump(by_state, node.state)
             slots_free += node.free
-            in_flight += len(node.in_flight)
-            atts = list(node.in_flight.values())
+            atts = list(sched.running_on(node).values())
+            in_flight += len(atts)
             waiting_input += sum(1 for att in atts if att.task.state == INPUT_REQUIRED)
             for att in atts[:KEEP_TASKS - len(running)]:
                 running.append(task_view(att.task, now, wall))
@@ -248,7 +248,7 @@ class Observer:
             "reissued": dict(caps.reissued),
             "counters": counters,
             "dead_letters": len(sched.dlq),
-            "breakers": sched.breakers(),
+            "breakers": sched.breakers.states(),
             "heartbeats_missed": missed,
             "memory": {"keys": len(mem_items), "seq": core.memory.seq,
                        "names": sorted(list(mem_items)[:KEEP_KEYS])},

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshant.core.archive import Restored
+from meshant.core.idfilter import IdFilter
 from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
-from meshant.storage.idfilter import IdFilter
 from meshant.storage.records import COLS, SELECT, Batch, chain, unpack
+
+IN_BATCH = 500  # ids per IN (...) query
 
 
 class JournalReader:
@@ -54,6 +57,44 @@ class JournalReader:
         if events:
             d["events"] = self._events(task_id)
         return d
+
+    def find_many(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The rows of these tasks that exist, by id (a few queries, not one per id)."""
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(task_ids), IN_BATCH):
+            chunk = task_ids[i:i + IN_BATCH]
+            q = self._select + f" WHERE id IN ({', '.join('?' * len(chunk))})"
+            for r in self._all(q, chunk):
+                row = self._row(r)
+                out[row["id"]] = row
+        return out
+
+    def updates(self, task_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """A task's journaled updates ``(seq, kind, body)``, oldest first."""
+        return self.conversation.updates(task_id)
+
+    def names(self) -> list[str]:
+        """Every task id, idempotency key and graph id the journal holds, as the queen's
+        archive index names them (``core.archive.ArchiveIndex.name``)."""
+        out = [f"t:{r[0]}" for r in self._all("SELECT id FROM tasks")]
+        out += [f"k:{r[0]}" for r in self._all(
+            "SELECT idem_key FROM tasks WHERE idem_key IS NOT NULL")]
+        out += [f"g:{r[0]}" for r in self._all("SELECT id FROM graphs")]
+        return out
+
+    def restored(self) -> Restored:
+        """Everything a queen takes back when it starts or takes over on this journal."""
+        tasks = self.unfinished()
+        unfinished = [r["id"] for r in tasks if r["final"] is None]
+        held = {r["id"] for r in tasks}
+        running = self.unfinished_graphs()
+        wanted = [f"tg:{g['id']}/{n['spec']['name']}" for g in running for n in g["nodes"]]
+        finals = {tid: row for tid, row in self.find_many(
+            [t for t in wanted if t not in held]).items() if row["final"] is not None}
+        store = self.conversation
+        return Restored(tasks=tasks, memory=self.memory(), graphs=running, graph_tasks=finals,
+                        questions=store.questions(), kept=store.kept(),
+                        last_seqs=store.last_seqs(unfinished), names=self.names())
 
     def find_key(self, key: str) -> dict[str, Any] | None:
         """The newest task submitted with idempotency key ``key``, or None."""

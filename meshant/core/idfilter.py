@@ -19,11 +19,12 @@ _LOW = 0xFFFFFFFF
 
 
 class IdFilter:
-    """A Bloom filter over strings, sized for ``capacity`` ids at ~1 % false positives."""
+    """A Bloom filter over strings, sized for ``capacity`` ids at ``error`` false
+    positives (1 % by default)."""
 
-    def __init__(self, capacity: int = 200_000) -> None:
+    def __init__(self, capacity: int = 200_000, error: float = 0.01) -> None:
         self.capacity = max(1024, capacity)
-        self.bits = max(8 * 1024, int(-self.capacity * math.log(0.01) / (math.log(2) ** 2)))
+        self.bits = max(8 * 1024, int(-self.capacity * math.log(error) / (math.log(2) ** 2)))
         self._set = bytearray((self.bits + 7) // 8)
         self.count = 0
 

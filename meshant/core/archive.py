@@ -1,0 +1,123 @@
+"""The journal as the queen core sees it: what it restores from, what it may read later,
+and what it keeps in memory so that reading is rare.
+
+The core never calls the journal. A restarted (or newly leading) queen is built from a
+:class:`Restored` the driver read before the loop started. While it runs, the core keeps
+an :class:`ArchiveIndex` of every task id, idempotency key and graph id the journal may
+hold: a new id is "certainly not there" from memory (nearly every submission), and only a
+"perhaps" becomes a :class:`~meshant.core.outbox.Read`, an effect whose answer comes back
+as an event (``QueenCore.fetched``). A read never blocks the queen's loop on a network
+database; the driver does it off the loop.
+
+:class:`Archive` is the journal's read interface (both backends implement it, and so
+does whatever a test or the simulator puts in its place).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from meshant.core.idfilter import IdFilter
+
+INDEX_ERROR = 0.001  # false positives: a new id read from the journal for nothing
+INDEX_MIN = 200_000
+INDEX_LAYERS = 8  # filters before the index is rebuilt from the journal (bounded bytes)
+
+
+class Archive(Protocol):
+    """What the queen reads from its journal, and the answers the core expects."""
+
+    def find(self, task_id: str, *, events: bool = False) -> dict[str, Any] | None:
+        """A task's row (``final`` included), with its history when ``events``."""
+
+    def find_key(self, key: str) -> dict[str, Any] | None:
+        """The newest task row submitted with idempotency key ``key``."""
+
+    def find_graph(self, graph_id: str) -> dict[str, Any] | None:
+        """A task graph's summary and its nodes' states."""
+
+    def updates(self, task_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """A task's journaled updates ``(seq, kind, body)``, oldest first."""
+
+    def names(self) -> list[str]:
+        """Every name the index holds (see :meth:`ArchiveIndex.name`)."""
+
+
+@dataclass(slots=True)
+class Restored:
+    """Everything a queen takes back from its journal when it starts or takes over.
+
+    ``tasks``: unfinished tasks and dead letters (journal rows). ``memory``: colony
+    memory ``(key, value, expires_wall, seq)``. ``graphs``: unfinished task graphs with
+    their nodes; ``graph_tasks``: the final rows of those graphs' node tasks that are not
+    in ``tasks``. ``questions``, ``kept``, ``last_seqs``: the conversations (pending
+    questions, inbox messages, each unfinished task's last update). ``names``: what the
+    archive index starts with (:meth:`ArchiveIndex.name` of each task id, key, graph id).
+    """
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[tuple[str, Any, float | None, int]] = field(default_factory=list)
+    graphs: list[dict[str, Any]] = field(default_factory=list)
+    graph_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    questions: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    last_seqs: dict[str, int] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+
+
+class ArchiveIndex:
+    """Which task ids, keys and graph ids the journal may hold: Bloom filters, never
+    wrong about absence. It only grows (an id pruned from the journal costs one read);
+    past ``INDEX_LAYERS`` filters the core asks the journal for its names and starts
+    afresh (``rebuild``), so its size stays bounded in bytes."""
+
+    __slots__ = ("_since", "capacity", "layers", "rebuilding")
+
+    def __init__(self, names: list[str] | None = None) -> None:
+        names = names or []
+        self.capacity = max(INDEX_MIN, 2 * len(names))
+        self.layers = [IdFilter(self.capacity, INDEX_ERROR)]
+        self.layers[0].update(names)
+        self.rebuilding = False
+        self._since: list[str] = []  # added while a rebuild's read is under way
+
+    @staticmethod
+    def name(kind: str, key: str) -> str:
+        """``t`` (a task id), ``k`` (an idempotency key), ``g`` (a graph id)."""
+        return f"{kind}:{key}"
+
+    def add(self, kind: str, key: str) -> None:
+        n = f"{kind}:{key}"
+        top = self.layers[-1]
+        if top.full:
+            top = IdFilter(self.capacity, INDEX_ERROR)
+            self.layers.append(top)
+        top.add(n)
+        if self.rebuilding:
+            self._since.append(n)
+
+    def maybe(self, kind: str, key: str) -> bool:
+        """False: the journal certainly holds no such name. True: perhaps."""
+        n = f"{kind}:{key}"
+        return any(n in f for f in self.layers)
+
+    @property
+    def crowded(self) -> bool:
+        """Time to rebuild from the journal (too many layers)."""
+        return len(self.layers) >= INDEX_LAYERS and not self.rebuilding
+
+    def rebuild(self, names: list[str]) -> None:
+        """The journal's names now, plus those added since the rebuild was asked for."""
+        fresh = ArchiveIndex([*names, *self._since])
+        self.capacity, self.layers = fresh.capacity, fresh.layers
+        self.rebuilding = False
+        self._since = []
+
+    @property
+    def size(self) -> int:
+        """Bytes held."""
+        return sum(f.size for f in self.layers)
+
+
+__all__ = ["Archive", "ArchiveIndex", "Restored"]

@@ -1,0 +1,61 @@
+"""The scheduler's circuit breakers: one per forager and one per capability (the
+:class:`~meshant.core.policy.Breaker` policy), holding work back from a forager, or a
+capability, that keeps failing."""
+
+from __future__ import annotations
+
+from meshant.core.policy import Breaker
+
+
+class Breakers:
+    """Breakers made on first use, with one threshold and cooldown for all."""
+
+    __slots__ = ("capabilities", "cooldown", "foragers", "threshold")
+
+    def __init__(self, threshold: int = 5, cooldown: float = 30.0) -> None:
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self.foragers: dict[str, Breaker] = {}
+        self.capabilities: dict[str, Breaker] = {}
+
+    def _of(self, table: dict[str, Breaker], key: str) -> Breaker:
+        b = table.get(key)
+        if b is None:
+            b = table[key] = Breaker(self.threshold, self.cooldown)
+        return b
+
+    def outcome(self, forager: str, capability: str | None, ok: bool, now: float) -> None:
+        """A run on ``forager`` ended well or badly; ``capability`` counts it too unless
+        None (a lost forager says nothing about the capability)."""
+        for b in (self._of(self.foragers, forager),
+                  self._of(self.capabilities, capability) if capability is not None else None):
+            if b is None:
+                continue
+            if ok:
+                b.success()
+            else:
+                b.failure(now)
+
+    def forager_allows(self, name: str, now: float) -> bool:
+        b = self.foragers.get(name)
+        return b is None or b.allow(now)
+
+    def capability_allows(self, capability: str, now: float) -> bool:
+        b = self.capabilities.get(capability)
+        return b is None or b.allow(now)
+
+    def started(self, forager: str, capability: str) -> None:
+        """Work was sent through: in half-open, this assignment is the trial."""
+        for b in (self.foragers.get(forager), self.capabilities.get(capability)):
+            if b is not None:
+                b.started()
+
+    def states(self) -> dict[str, dict[str, str]]:
+        """Circuits that are not closed, for status."""
+        return {"foragers": {k: b.state for k, b in self.foragers.items()
+                             if b.state != "closed"},
+                "capabilities": {k: b.state for k, b in self.capabilities.items()
+                                 if b.state != "closed"}}
+
+
+__all__ = ["Breakers"]

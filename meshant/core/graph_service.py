@@ -1,0 +1,158 @@
+"""Task graphs' messages at the queen: ``graph.submit``, ``graph.status``,
+``graph.cancel`` (clients) and ``graph.spawn`` (a running node's forager). The graphs
+themselves are :class:`meshant.core.graph_book.GraphBook`'s.
+
+A service of the queen core (:mod:`meshant.core.queen`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.archive import ArchiveIndex
+from meshant.core.graph import GraphError, split_task_id
+from meshant.core.graph_book import Graph, GraphBook
+from meshant.core.queen_state import QueenState, Request
+from meshant.core.reads import MISSING, Reads
+from meshant.core.scheduler import QueueFull, Scheduler
+from meshant.protocol.codes import Code
+
+
+class GraphService:
+    """Graph requests over the book of running graphs."""
+
+    def __init__(self, state: QueenState, book: GraphBook, scheduler: Scheduler,
+                 index: ArchiveIndex | None, reads: Reads) -> None:
+        self.state = state
+        self.book = book
+        self.scheduler = scheduler
+        self.index = index
+        self.reads = reads
+
+    def _ended(self, req: Request, gid: str) -> dict[str, Any] | None:
+        """A graph that ended (in memory, else from the journal); MISSING: parked."""
+        done = self.book.done.get(gid)
+        if done is not None or self.index is None or not self.index.maybe("g", gid):
+            return done
+        row = self.reads.get(req, "graph", gid)
+        summary: dict[str, Any] | None = row  # (or MISSING)
+        return summary
+
+    def submit(self, req: Request) -> None:
+        st, msg, node, now = self.state, req.msg, req.node, req.now
+        book = self.book
+        gid = msg.id
+        known = book.graphs.get(gid)
+        if known is None and gid not in book.done:
+            old = self._ended(req, gid)  # ended before a restart
+            if old is MISSING:
+                return
+            if old is not None:
+                book.done[gid] = {k: v for k, v in old.items() if k != "node_states"}
+        if known is not None or gid in book.done:
+            self._again(req, known)
+            return
+        if req.fetched is None:  # (a request handled again took its token already)
+            slow = st.rates.wait(req.identity, now, st.config.submit_rate)
+            if slow:
+                st.counters["rate_limited"] += 1
+                st.refuse(req, Code.RATE_LIMITED, "more than "
+                          f"{st.config.submit_rate:g} submissions per second from this "
+                          "peer: slow down", retry_after=round(slow, 4))
+                return
+        if "/" in gid:
+            st.refuse(req, Code.BAD_GRAPH, f"graph id {gid!r} cannot be used (no '/' in a "
+                      "graph id)")
+            return
+        try:
+            g = book.submit(gid, msg.b["nodes"], req.identity, node.name, now,
+                            updates=bool(msg.b.get("updates")))
+        except GraphError as e:
+            st.refuse(req, e.code, e.message)
+            return
+        except QueueFull as e:
+            st.refuse(req, Code.QUEUE_FULL, f"queue full: {e}")
+            return
+        if self.index is not None:
+            self.index.add("g", gid)
+        st.send(node, p.Message("graph.submitted", {"graph": gid, "nodes": len(g.nodes)},
+                                ref=msg.id))
+
+    def _again(self, req: Request, g: Graph | None) -> None:
+        """A graph id the queen holds: its client sending it again after a reconnect.
+        Results go to the new connection; what it may have missed is sent again."""
+        st, msg, node = self.state, req.msg, req.node
+        book = self.book
+        owner = g.client_name if g is not None else book.done[msg.id].get("client")
+        if owner != node.name:
+            st.refuse(req, Code.DUPLICATE_TASK, f"a graph with id {msg.id!r} was submitted "
+                      "by another client")
+            return
+        st.counters["resubmitted"] += 1
+        if g is None:
+            st.send(node, p.Message("graph.result", book.done[msg.id], ref=msg.id))
+            return
+        g.client = req.identity
+        prefix = f"tg:{g.id}/"
+        for t in self.scheduler.tasks.values():
+            if t.id.startswith(prefix):
+                t.client = req.identity  # also the tasks restored after a queen restart
+        st.send(node, p.Message("graph.submitted", {"graph": g.id, "nodes": len(g.nodes)},
+                                ref=msg.id))
+        for n in g.nodes.values():
+            if n.state in ("completed", "failed", "cancelled"):
+                body: dict[str, Any] = {"graph": g.id, "node": n.name, "state": n.state,
+                                        "task": f"tg:{g.id}/{n.name}"}
+                if n.state == "completed":
+                    body["result"] = n.result
+                elif n.error is not None:
+                    body["error"] = n.error
+                st.send(node, p.Message("graph.node", body))
+
+    def status(self, req: Request) -> None:
+        gid = req.msg.b["graph"]
+        st = self.book.status(gid)
+        if st is None:
+            st = self._ended(req, gid)
+            if st is MISSING:
+                return
+        if st is None:
+            self.state.refuse(req, Code.UNKNOWN_GRAPH, f"no graph {gid!r}")
+            return
+        self.state.send(req.node, p.Message("graph.state", st, ref=req.msg.id))
+
+    def cancel(self, req: Request) -> None:
+        # Any client may cancel a graph by id (``meshant graph cancel`` is a process of
+        # its own), as any client may drain or halt a forager.
+        g = self.book.graphs.get(req.msg.b["graph"])
+        if g is None or req.node.role != "client":
+            self.state.refuse(req, Code.UNKNOWN_GRAPH,
+                              f"no running graph {req.msg.b['graph']!r}")
+            return
+        self.book.cancel(g, req.now)
+
+    def spawn(self, req: Request) -> None:
+        st, msg, now = self.state, req.msg, req.now
+        verdict, att = self.scheduler.lookup(req.node, msg.ref)
+        where = split_task_id(att.task.id) if att is not None else None
+        if verdict != "ok" or att is None or where is None:
+            why = ("only a graph node's current attempt may spawn nodes" if verdict == "ok"
+                   or verdict == "duplicate" else f"no assign {msg.ref!r} for this forager")
+            st.refuse(req, Code.NOT_YOURS if verdict == "foreign" else Code.UNKNOWN_TASK, why)
+            return
+        g = self.book.graphs.get(where[0])
+        if g is None or g.cancelled:
+            st.refuse(req, Code.UNKNOWN_GRAPH, f"graph {where[0]!r} is not running")
+            return
+        try:
+            names = self.book.spawn(g, where[1], msg.b["nodes"], now)
+        except GraphError as e:
+            st.refuse(req, e.code, e.message)
+            return
+        self.scheduler.accept(att, now)  # a spawning node is running: renew its lease
+        st.send(req.node, p.Message("graph.spawned", {"graph": g.id, "nodes": names},
+                                    ref=msg.id))
+
+
+__all__ = ["GraphService"]

@@ -1,0 +1,346 @@
+"""Tasks, as the queen core handles them: submissions (validation, idempotency keys,
+re-sent ids), foragers' accepts, rejects, progress and results (fenced by attempt),
+cancels and status queries.
+
+A service of the queen core (:mod:`meshant.core.queen`) over the scheduler. Whether an
+id, a key or a finished task is in the journal is the archive index's to say, or a read's
+(:mod:`meshant.core.reads`): a handler that needs one returns, and runs again with the
+answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.answers import progress_problem, result_problem
+from meshant.core.archive import ArchiveIndex
+from meshant.core.journal_defer import Deferral
+from meshant.core.queen_state import QueenState, Request
+from meshant.core.reads import MISSING, Reads
+from meshant.core.scheduler import Attempt, QueueFull, Scheduler, Task, revive
+from meshant.protocol.codec import BINARY
+from meshant.protocol.codes import Code
+
+_RESULT = p.BY_NAME["task.result"]
+
+
+class TaskService:
+    """Submissions, results and the rest of a task's messages."""
+
+    def __init__(self, state: QueenState, scheduler: Scheduler, index: ArchiveIndex | None,
+                 reads: Reads, deferral: Deferral) -> None:
+        self.state = state
+        self.scheduler = scheduler
+        self.index = index  # None: no journal, nothing outside memory
+        self.reads = reads
+        self.deferral = deferral
+        # Tasks submitted with a W3C traceparent (envelope extension): forwarded on their
+        # assignments, forgotten when they finish.
+        self.traces: dict[str, str] = {}
+
+    # -- finding tasks --------------------------------------------------------------------
+
+    def find(self, req: Request, task_id: str) -> Task | None:
+        """A task the scheduler holds, else a final one from the journal (a transient
+        copy: changing it changes nothing). MISSING: parked for a read."""
+        task = self.scheduler.find_live(task_id)
+        if task is not None or self.index is None or not self.index.maybe("t", task_id):
+            return task
+        row = self.reads.get(req, "task", task_id)
+        if row is MISSING:
+            return MISSING  # type: ignore[no-any-return]
+        if row is None or row["final"] is None:
+            return None
+        return revive(row, self.scheduler.to_wall)
+
+    def _find_key(self, req: Request, key: str) -> str | None:
+        """The id of the task submitted with idempotency key ``key`` (MISSING: parked)."""
+        task_id = self.scheduler.by_key.get(key)
+        if task_id is not None or self.index is None or not self.index.maybe("k", key):
+            return task_id
+        row = self.reads.get(req, "key", key)
+        if row is MISSING:
+            return MISSING  # type: ignore[no-any-return]
+        return row["id"] if row is not None else None
+
+    def taken(self, task_id: str) -> bool:
+        """Whether a task id may exist (in memory, or perhaps in the journal)."""
+        return self.scheduler.find_live(task_id) is not None or (
+            self.index is not None and self.index.maybe("t", task_id))
+
+    # -- submissions ----------------------------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        st, msg, node, now = self.state, req.msg, req.node, req.now
+        if req.fetched is None:  # (a request handled again took its token already)
+            slow = st.rates.wait(req.identity, now, st.config.submit_rate)
+            if slow:
+                st.counters["rate_limited"] += 1
+                st.refuse(req, Code.RATE_LIMITED,
+                          f"more than {st.config.submit_rate:g} submissions per second from "
+                          "this peer: slow down", retry_after=round(slow, 4))
+                return
+        body = msg.b
+        known = self.find(req, msg.id)
+        if known is MISSING:
+            return
+        if known is not None:
+            self._resubmitted(req, known)
+            return
+        priority = body.get("priority", 50)
+        max_attempts = body.get("max_attempts", 3)
+        if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
+            st.refuse(req, Code.BAD_VALUE, "priority must be 0-99 and max_attempts 1-100")
+            return
+        timeout = body.get("timeout")
+        wait = body.get("wait", st.config.no_forager_wait)
+        if any(not 0 <= body.get(k, 0) <= 3600 for k in ("retry_base", "retry_cap")):
+            st.refuse(req, Code.BAD_VALUE,
+                      "retry_base and retry_cap are seconds between 0 and 3600")
+            return
+        if (timeout is not None and timeout <= 0) or wait < 0:
+            st.refuse(req, Code.BAD_VALUE, "timeout must be > 0 and wait >= 0")
+            return
+        key = body.get("key")
+        if key is not None:
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                st.refuse(req, Code.BAD_VALUE,
+                          "an idempotency key is a string of 1-200 characters")
+                return
+            first = self._find_key(req, key)  # in memory, else in the journal
+            if first is MISSING:
+                return
+            if first is not None and self._attach(req, first) is not False:
+                return  # attached (True), or parked for a read (None)
+        task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
+                    client=req.identity, client_name=node.name, priority=priority,
+                    timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
+                    max_attempts=max_attempts, wait=wait, key=key,
+                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"),
+                    defer=(key is None and req.codec == BINARY and node.role == "client"
+                           and not body.get("ack")))
+        try:
+            self.scheduler.submit(task, now)
+        except QueueFull as e:
+            st.refuse(req, Code.QUEUE_FULL, f"queue full: {e}")
+            return
+        if self.index is not None:
+            self.index.add("t", task.id)
+            if key is not None:
+                self.index.add("k", key)
+        tp = msg.extra.get("traceparent") if msg.extra else None
+        if isinstance(tp, str) and len(tp) <= 128:
+            self.traces[task.id] = tp
+        if body.get("ack"):
+            # Sent after this turn's assignments go out: the assign is on the critical
+            # path of the task, the acknowledgement is not.
+            st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _resubmitted(self, req: Request, task: Task) -> None:
+        """A submission whose id the queen holds: its client sending it again after a
+        reconnect. The same task, not a new one: its results go to the client's current
+        connection, and a result it may have missed is sent now."""
+        st, msg, node = self.state, req.msg, req.node
+        if task.client_name != node.name:
+            st.refuse(req, Code.DUPLICATE_TASK, f"a task with id {msg.id!r} was submitted by "
+                      "another client: task ids must be unique in the colony")
+            return
+        st.counters["resubmitted"] += 1
+        task.client = req.identity
+        if task.final is not None:
+            # After this turn's record: the task may have finished in this very turn.
+            st.later(node, p.Message("task.result", task.final, ref=task.id))
+        elif msg.b.get("ack"):
+            sched = self.scheduler
+            if task.logged == 0 and sched.track_changes:
+                # Still waiting for its first journal write (core/journal_defer.py): an
+                # acknowledgement promises durability, so the task is written this turn.
+                task.defer = False
+                sched.changed[task.id] = task
+            st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _attach(self, req: Request, task_id: str) -> bool | None:
+        """A submission repeating an idempotency key: attach it to the task it names (or
+        answer with its result) instead of running the work again. False: no such task;
+        None: parked for a read."""
+        st, msg, node = self.state, req.msg, req.node
+        task = self.find(req, task_id)
+        if task is MISSING:
+            return None
+        if task is None:
+            return False
+        if task.final is not None:
+            st.later(node, p.Message("task.result", {
+                **task.final, "task": msg.id, "original": task.id}, ref=msg.id))
+        else:
+            task.watchers.append((req.identity, node.name, msg.id))
+            if msg.b.get("ack"):
+                st.later(node, p.Message("task.submitted", {"task": msg.id,
+                                                            "original": task.id}, ref=msg.id))
+        st.counters["idempotent_hits"] += 1
+        return True
+
+    # -- foragers' answers ----------------------------------------------------------------
+
+    def attempt(self, req: Request, ref: str | None) -> Attempt | None:
+        """The attempt a forager's message is about, if it is the current one; else
+        None, and the forager is told (unless it is a duplicate: that is expected)."""
+        st = self.state
+        verdict, att = self.scheduler.lookup(req.node, ref)
+        if verdict == "ok":
+            return att
+        if verdict == "duplicate":
+            return None
+        if verdict == "foreign":
+            st.counters["protocol_errors"] += 1
+            st.refuse(req, Code.NOT_YOURS, f"assign {ref!r} belongs to another forager")
+        else:
+            self.scheduler.counters["unknown_results"] += 1
+            st.refuse(req, Code.UNKNOWN_TASK, f"no assign {ref!r} is known for this forager",
+                      **({"assign": ref} if ref is not None else {}))
+        return None
+
+    def accept(self, req: Request) -> None:
+        att = self.attempt(req, req.msg.ref)
+        if att is not None:
+            self.scheduler.accept(att, req.now)
+
+    def reject(self, req: Request) -> None:
+        att = self.attempt(req, req.msg.ref)
+        if att is not None:
+            self.scheduler.reject(att, req.msg.b["reason"], req.now)
+        else:
+            self._release(req, req.msg.ref)
+
+    def _refused(self, req: Request, problem: str | None, ref: str | None,
+                 feature: str | None = None) -> bool:
+        """Answer a forager's malformed (or not negotiated) answer; True if it was one.
+        It changes nothing: the attempt stays current, its lease is not renewed."""
+        st, msg = self.state, req.msg
+        if feature is not None and feature not in req.node.features:
+            st.counters["protocol_errors"] += 1
+            st.refuse(req, Code.UNSUPPORTED,
+                      f"this peer did not negotiate {feature!r}: no {msg.kind}"
+                      + (" with partial: true" if msg.kind == "task.result" else ""),
+                      **({"assign": ref} if ref is not None else {}))
+            return True
+        if problem is None:
+            return False
+        st.counters["protocol_errors"] += 1
+        st.refuse(req, Code.BAD_VALUE, problem, **({"assign": ref} if ref is not None else {}))
+        return True
+
+    def progress(self, req: Request) -> None:
+        msg = req.msg
+        if self._refused(req, progress_problem(msg.b), msg.ref, "progress"):
+            return
+        att = self.attempt(req, msg.ref)
+        if att is not None:
+            self.scheduler.progress(att, msg.b, req.now)
+
+    def result(self, req: Request) -> None:
+        self._result(req, req.msg.ref, req.msg.b)
+
+    def _result(self, req: Request, ref: str | None, body: dict[str, Any]) -> None:
+        if self._refused(req, result_problem(body, req.codec), ref,
+                         "progress" if body.get("partial") else None):
+            return
+        att = self.attempt(req, ref)
+        if att is not None:
+            self.scheduler.result(att, body, req.now)
+        elif not body.get("partial"):
+            self._release(req, ref)
+
+    def _release(self, req: Request, ref: str | None) -> None:
+        sched = self.scheduler
+        att = sched.attempts.get(ref) if ref is not None else None
+        if att is None or att.node.name != req.node.name or att.live:
+            return
+        # A final answer for an abandoned attempt: count it unless it was an expected
+        # cancellation, and free the slot it was holding.
+        if att.task.state != "cancelled":
+            sched.counters["duplicates"] += 1
+        sched.release(att)
+
+    def batch(self, req: Request) -> None:
+        st = self.state
+        if self._refused(req, None, None, "batch"):
+            return
+        for item in req.msg.b["results"]:
+            if not isinstance(item, dict) or not isinstance(item.get("ref"), str):
+                st.counters["protocol_errors"] += 1
+                st.refuse(req, Code.BAD_TYPE, "each batched result must be a map with a 'ref'")
+                continue
+            try:
+                p.validate_body(_RESULT, item)  # an item is a full task.result body (§2.4)
+            except p.ProtocolError as e:
+                st.counters["protocol_errors"] += 1
+                st.refuse(req, e.code, e.message, assign=item["ref"])
+                continue
+            self._result(req, item["ref"], item)
+
+    def oversized(self, identity: bytes, frames: list[bytes], now: float) -> None:
+        """A forager's result over the limit (libzmq let it through, just): the task
+        fails at once with too-large, rather than wait out its lease and run again."""
+        node = self.state.registry.by_id.get(identity)
+        if node is None or node.role != "forager":
+            return
+        limit = self.state.config.max_message
+        try:
+            msg = p.decode_any(frames, max_frame=limit + 65536)[0]
+        except p.ProtocolError:
+            return
+        size = max(len(f) for f in frames)
+        if msg.kind == "task.result" and not msg.b.get("partial"):
+            refs = [msg.ref]
+        elif msg.kind == "task.batch":
+            refs = [i.get("ref") for i in msg.b["results"] if isinstance(i, dict)]
+        else:
+            return
+        for ref in refs:
+            verdict, att = self.scheduler.lookup(node, ref if isinstance(ref, str) else None)
+            if verdict == "ok" and att is not None:
+                self.scheduler.too_large(att, f"the result from {node.name} is {size:,} bytes, "
+                                         f"over the queen's limit of {limit:,} (--max-message)",
+                                         now)
+
+    # -- clients' requests ----------------------------------------------------------------
+
+    def cancel(self, req: Request) -> None:
+        msg = req.msg
+        task_id = msg.b.get("task") or msg.ref
+        task = self.scheduler.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None or task.client != req.identity:
+            self.state.refuse(req, Code.UNKNOWN_TASK,
+                              f"no running task {task_id!r} submitted by this client")
+            return
+        self.scheduler.cancel(task.id, req.now)
+
+    def status(self, req: Request) -> None:
+        st, node, now = self.state, req.node, req.now
+        task = self.find(req, req.msg.b["task"])
+        if task is MISSING:
+            return
+        if task is None:
+            st.refuse(req, Code.UNKNOWN_TASK, f"no task {req.msg.b['task']!r}")
+            return
+        if task.client_name == node.name and task.client != req.identity:
+            task.client = req.identity  # its submitter reconnected: results go to the new link
+        body: dict[str, Any] = {
+            "task": task.id, "state": task.state, "attempt": task.attempt,
+            "capability": task.capability, "priority": task.priority,
+            "forager": task.current.node.name if task.current else None,
+            "age": round(now - task.submitted, 3),
+            "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
+        }
+        reply = p.Message("task.state", body, ref=req.msg.id)
+        if task.final is not None and task.client_name == node.name:
+            body["final"] = task.final  # lets a reconnected submitter collect a result it missed
+            # After this turn's record: the task may have finished in this very turn.
+            st.later(node, reply)
+            return
+        st.send(node, reply)
+
+
+__all__ = ["TaskService"]
