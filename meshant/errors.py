@@ -1,17 +1,29 @@
 """Exceptions users of meshant see. Every one is a :class:`MeshantError` with a stable
-``code`` (a :class:`meshant.protocol.codes.Code` value) and a ``message``.
+``code`` (a :class:`meshant.protocol.codes.Code` value) and a ``message``, and each
+belongs to one group, named for what the caller can do about it (as h11 and httpcore
+group theirs):
 
-By what the caller can do about them:
+* :class:`RetryLater` — nothing is wrong with the request; try again later:
+  :class:`QueueFull`, :class:`RateLimited`, :class:`NotLeader`;
+* :class:`BadInput` — fix the request (also a ``ValueError``): a protocol error
+  (:class:`meshant.protocol.ProtocolError`: :class:`~meshant.protocol.LocalProtocolError`
+  for what this side would send, :class:`~meshant.protocol.RemoteProtocolError` for what
+  the other side sent), :class:`Refused` (a name, role or key the queen does not accept),
+  :class:`Forbidden` (an operation the key's role may not do);
+* :class:`TaskOutcome` — the task's own end: :class:`TaskFailed`,
+  :class:`TaskCancelled`, :class:`TooLarge`, :class:`NoForager`,
+  :class:`DeadlineExceeded`, :class:`GraphFailed`;
+* :class:`Timeout` — a wait ran out (also a ``TimeoutError``): :class:`QueenUnreachable`,
+  :class:`AskTimeout`;
+* :class:`ConfigError` — a setting that cannot work (also a ``ValueError``);
+* :class:`JournalError` — the journal cannot be used (:class:`Deposed`: another queen
+  leads now).
 
-* retry later — :class:`QueueFull`, :class:`RateLimited`, :class:`QueenUnreachable`;
-* fix the input — :class:`TooLarge`, :class:`ConfigError`,
-  :class:`meshant.protocol.ProtocolError` (anything malformed on the wire), and
-  :class:`Refused` (a name, role or key the queen does not accept);
-* the task's own outcome — :class:`TaskFailed`, :class:`TaskCancelled`,
-  :class:`DeadlineExceeded`, :class:`NoForager`.
-
-The codes are literals here (this module imports nothing of meshant, so every layer may
-import it); ``tests/test_layout.py`` checks each is a ``Code``.
+Errors from the wire are made here, in one place (:func:`from_error_body`); ZeroMQ's
+own errors are translated at the actors' boundary (``meshant.actors._boundary``) and
+never reach a caller. The codes are literals here (this module imports nothing of
+meshant, so every layer may import it); ``tests/test_layout.py`` checks each is a
+``Code``.
 """
 
 from __future__ import annotations
@@ -32,64 +44,64 @@ class MeshantError(Exception):
         self.detail = detail
 
 
-class ConfigError(MeshantError, ValueError):
-    """A setting that cannot work (a malformed endpoint, contradictory options): fix the
-    call or the command line. Also a ``ValueError``."""
-
-    code = "bad-config"
+# -- retry later ------------------------------------------------------------------------
 
 
-class QueenUnreachable(MeshantError):
-    """No answer from the queen within the timeout: check the endpoint and that it runs."""
-
-    code = "queen-unreachable"
+class RetryLater(MeshantError):
+    """Nothing is wrong with the request: the colony cannot take it now. Try again."""
 
 
-class Refused(MeshantError):
-    """The queen refused this peer (hello refused, name taken, bad input)."""
-
-    code = "refused"
-
-
-class QueueFull(MeshantError):
-    """The queen's queue is full: back off and submit again."""
+class QueueFull(RetryLater):
+    """The queen's queue is full (or this client holds as much as it may): back off and
+    submit again."""
 
     code = "queue-full"
 
 
-class TooLarge(MeshantError):
-    """A message over the queen's size limit (``--max-message``): send less, or raise the
-    limit. The message names the size and the limit."""
-
-    code = "too-large"
-
-
-class RateLimited(MeshantError):
+class RateLimited(RetryLater):
     """The queen kept refusing a submission as too fast for longer than the client's
     ``submit_timeout``: submit more slowly, or raise the queen's ``--submit-rate``."""
 
     code = "rate-limited"
 
 
-class NoForager(MeshantError):
-    """No forager offering the capability joined within the wait."""
+class NotLeader(RetryLater):
+    """The queen asked is a standby: ``detail["leader"]`` names the leader's endpoint
+    when known (a peer that follows leaders goes there by itself)."""
 
-    code = "no-forager"
-
-
-class DeadlineExceeded(MeshantError):
-    """The task ran past its timeout."""
-
-    code = "deadline-exceeded"
+    code = "not-leader"
 
 
-class TaskCancelled(MeshantError):
-    """The task was cancelled before it finished."""
-
-    code = "cancelled"
+# -- bad input --------------------------------------------------------------------------
 
 
-class TaskFailed(MeshantError):
+class BadInput(MeshantError, ValueError):
+    """The request cannot be done as it is: fix it. Also a ``ValueError``."""
+
+    code = "bad-value"
+
+
+class Refused(BadInput):
+    """The queen refused this peer (name taken, a key not allowed, a refused hello)."""
+
+    code = "refused"
+
+
+class Forbidden(BadInput):
+    """The queen refused an operation this key's role may not do (``detail["operation"]``
+    names it): use an admin key, or act on your own tasks."""
+
+    code = "forbidden"
+
+
+# -- the task's own outcome -------------------------------------------------------------
+
+
+class TaskOutcome(MeshantError):
+    """The task ended without a result: its own outcome, not the colony's fault."""
+
+
+class TaskFailed(TaskOutcome):
     """The task failed: ``remote_type`` and ``message`` come from the handler's exception."""
 
     code = "handler-error"
@@ -103,19 +115,32 @@ class TaskFailed(MeshantError):
         return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
 
 
-class AskTimeout(MeshantError):
-    """``ctx.ask`` waited its ``timeout`` and no answer came: the handler may fail the
-    task (let it propagate) or go on without the input."""
+class TaskCancelled(TaskOutcome):
+    """The task was cancelled before it finished."""
 
-    code = "ask-timeout"
+    code = "cancelled"
 
 
-class Forbidden(MeshantError):
-    """The queen refused an operation this key's role may not do (``detail["operation"]``
-    names it): use an admin key, or act on your own tasks."""
+class TooLarge(TaskOutcome):
+    """A message over the queen's size limit (``--max-message``), a task's result or a
+    submission: send less, or raise the limit. The message names the size and the limit."""
 
-    code = "forbidden"
-class GraphFailed(MeshantError):
+    code = "too-large"
+
+
+class NoForager(TaskOutcome):
+    """No forager offering the capability joined within the wait."""
+
+    code = "no-forager"
+
+
+class DeadlineExceeded(TaskOutcome):
+    """The task ran past its timeout."""
+
+    code = "deadline-exceeded"
+
+
+class GraphFailed(TaskOutcome):
     """A task graph ended failed (``failed`` names the node) or cancelled. ``results``
     holds what its completed nodes returned, ``errors`` the other nodes' errors."""
 
@@ -130,13 +155,66 @@ class GraphFailed(MeshantError):
         self.errors = errors or {}
 
 
-# Errors a failed result or an ``error`` message may carry, by code; any other code is
-# the task's own failure (TaskFailed).
+# -- timeouts ---------------------------------------------------------------------------
+
+
+class Timeout(MeshantError, TimeoutError):
+    """A wait ran out (an answer, an update, the queen). Also a ``TimeoutError``."""
+
+    code = "timeout"
+
+
+class QueenUnreachable(Timeout):
+    """No answer from the queen within the timeout: check the endpoint and that it runs."""
+
+    code = "queen-unreachable"
+
+
+class AskTimeout(Timeout):
+    """``ctx.ask`` waited its ``timeout`` and no answer came: the handler may fail the
+    task (let it propagate) or go on without the input."""
+
+    code = "ask-timeout"
+
+
+# -- configuration and the journal ------------------------------------------------------
+
+
+class ConfigError(MeshantError, ValueError):
+    """A setting that cannot work (a malformed endpoint, contradictory options, an
+    unknown setting): fix the call or the command line. Also a ``ValueError``."""
+
+    code = "bad-config"
+
+
+class JournalError(MeshantError):
+    """The journal cannot be used (corrupt, foreign, a newer schema, unreachable)."""
+
+    code = "bad-journal"
+
+
+class Deposed(JournalError):
+    """This queen's term is over: another queen leads. Nothing was written."""
+
+    code = "not-leader"
+
+
+# Errors a failed result or an ``error`` message may carry, by code; the codes of a
+# request the queen refused as it is (``_BAD_INPUT``, ``_RETRY``); any other code is the
+# task's own failure (TaskFailed).
 _BY_CODE: dict[str, type[MeshantError]] = {
     cls.code: cls
     for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited,
-                Forbidden)
+                Forbidden, NotLeader, AskTimeout)
 }
+_BAD_INPUT = frozenset({
+    "bad-magic", "truncated", "bad-version", "unknown-kind", "bad-msgpack", "bad-json",
+    "bad-type", "missing-field", "too-many-frames", "bad-blob", "bad-flags", "bad-value",
+    "not-registered", "name-taken", "bad-name", "bad-hello", "not-allowed", "duplicate-task",
+    "unknown-recipient", "unknown-task", "not-yours", "bad-from", "wrong-role", "unsupported",
+    "bad-topic", "unknown-question", "already-answered", "cursor-expired", "bad-graph",
+    "graph-too-large", "unknown-graph"})
+_RETRY = frozenset({"inbox-full", "too-many-peers"})
 
 
 def from_error_body(err: dict[str, Any]) -> MeshantError:
@@ -145,6 +223,17 @@ def from_error_body(err: dict[str, Any]) -> MeshantError:
     message = str(err.get("message", ""))
     detail = {k: v for k, v in err.items() if k not in ("code", "message", "type")}
     cls = _BY_CODE.get(code)
+    if cls is None and code in _BAD_INPUT:
+        cls = BadInput
+    elif cls is None and code in _RETRY:
+        cls = RetryLater
     if cls is not None:
         return cls(message, code=code, **detail)
     return TaskFailed(message, code=code, remote_type=str(err.get("type", "")), **detail)
+
+
+__all__ = ["AskTimeout", "BadInput", "ConfigError", "DeadlineExceeded", "Deposed", "Forbidden",
+           "GraphFailed", "JournalError", "MeshantError", "NoForager", "NotLeader",
+           "QueenUnreachable", "QueueFull", "RateLimited", "Refused", "RetryLater",
+           "TaskCancelled", "TaskFailed", "TaskOutcome", "Timeout", "TooLarge",
+           "from_error_body"]

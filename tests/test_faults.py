@@ -357,22 +357,26 @@ def test_a_stopped_run_whose_id_a_new_assignment_reuses_reports_nothing() -> Non
     # A queen restarted without a task tells its forager to stop that run; the client
     # re-sends the task, which gets the same assignment id (attempt 1 again), maybe on the
     # same forager. When the old run ends, it must neither untrack nor answer for the new.
-    from meshant.actors.forager import Forager
-    from meshant.actors.handlers import TaskContext
+    from meshant.core.forager_session import ForagerSession, Start
 
-    f = Forager("tcp://127.0.0.1:9", name="f")  # never started: nothing connects
-    try:
-        old = TaskContext(f, "t.1", "t", 1, "echo", None)
-        new = TaskContext(f, "t.1", "t", 1, "echo", None)
-        f.running["t.1"] = new
-        f._done(old, {"status": "ok", "result": "stale"})
-        assert f.running["t.1"] is new and not f._outbox
-        f._done(new, {"status": "ok", "result": "fresh"})
-        assert "t.1" not in f.running
-        (msg,) = f._outbox
-        assert isinstance(msg, p.Message) and msg.b["result"] == "fresh" and msg.ref == "t.1"
-    finally:
-        f.stop()
+    fs = ForagerSession(["echo"], slots=2)
+    body = {"task": "t", "attempt": 1, "capability": "echo", "payload": 1}
+    fs.assign("t.1", body, None, 0.0)
+    (old,) = fs.take()
+    fs.error(None, {"code": "unknown-task", "assign": "t.1", "message": "gone"})
+    fs.finished("t.1", old.run, {"status": "cancelled"})  # (its handler stopped)
+    fs.flush(0.0)
+    fs.assign("t.1", body, None, 1.0)  # the re-sent task, the same assignment id
+    new = next(a for a in fs.take() if isinstance(a, Start))
+    assert isinstance(old, Start) and new.run != old.run
+    fs.assign("t.2", {**body, "task": "u"}, None, 1.0)  # (another run, to show order)
+    fs.take()
+    assert not fs.finished("t.1", old.run, {"status": "ok", "result": "stale"})
+    assert "t.1" in fs.running and fs.flush(1.0) == []
+    assert fs.finished("t.1", new.run, {"status": "ok", "result": "fresh"})
+    assert "t.1" not in fs.running
+    (msg,) = fs.flush(1.0)
+    assert msg.b["result"] == "fresh" and msg.ref == "t.1"
 
 
 @pytest.mark.slow

@@ -1,11 +1,14 @@
 """Where the queen is: the next of several endpoints (a leader and its standbys) or the
 leader a standby names; found and followed by discovery (zeroconf), with a check that a
-discovered queen holds the CURVE key we pinned."""
+discovered queen holds the CURVE key we pinned.
+
+Held by a peer (:class:`meshant.actors._peer.Peer`), which opens the connections it
+decides on.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from meshant.actors._endpoints import check_endpoint
@@ -16,67 +19,62 @@ log = logging.getLogger("meshant")
 
 
 class QueenFinder:
-    """Mixed into :class:`meshant.actors._peer.Peer`: where the queen is."""
+    """The queen's endpoint as this peer knows it (``queen``), and where to go next."""
 
-    queen: str
-    name: str
-    colony: str | None
-    _follower: Any
-    _curve: tuple[bytes, bytes] | None
-    _queen_key: bytes | None
-    _sub_endpoint: str
-    queens: list[str]
-    _qi: int  # the index in ``queens`` of the endpoint last tried from the list
-    _connected_to: str
-    _unanswered: bool
-    _follow_leader: bool
-    _error_body: dict[str, Any]
-    _refusal: MeshantError | None
-    _stopping: threading.Event
-    _welcomed: threading.Event
+    def __init__(self, queens: list[str], *, name: str, colony: str | None, curve: bool,
+                 queen_key: bytes | None, follow_leader: bool) -> None:
+        self.queens = queens
+        self.queen = queens[0] if queens else ""
+        self.name = name
+        self.colony = colony
+        self.curve = curve
+        self.queen_key = queen_key
+        self.follow_leader = follow_leader
+        self.follower: Any = None
+        self.connected_to = ""  # where the current connection goes
+        self.unanswered = False  # the last hello got no answer (yet)
+        self.error_body: dict[str, Any] = {}  # the queen's last error
+        self._qi = 0  # the index in ``queens`` of the endpoint last tried from the list
 
-    def _open_socket(self) -> Any:
-        raise NotImplementedError
-
-    def _find_queen(self, timeout: float | None) -> None:
+    def find(self, timeout: float | None) -> None:
         """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
         if self.queen:
             return
         from meshant.adapters.discovery import Follower, env_interfaces
 
-        if self._follower is None:
-            self._follower = Follower(self.colony, env_interfaces())
+        if self.follower is None:
+            self.follower = Follower(self.colony, env_interfaces())
         try:
-            rec = self._follower.first(timeout if timeout is not None else 3600.0)
-            self._check_queen_key(rec)
+            rec = self.follower.first(timeout if timeout is not None else 3600.0)
+            self.check_key(rec)
         except MeshantError:
-            self._follower.close()
-            self._follower = None
+            self.follower.close()
+            self.follower = None
             raise
         self.queen = rec.router
         log.info("%s: found queen %r of colony %r at %s", self.name, rec.name, rec.colony,
                  rec.router)
 
-    def _check_queen_key(self, rec: Any) -> None:
+    def check_key(self, rec: Any) -> None:
         """A discovered queen must prove the key we pinned; one with another key is refused."""
-        if self._curve is None:
+        if not self.curve:
             return
         advertised = rec.curve.encode() if rec.curve else None
-        if self._queen_key is None:
+        if self.queen_key is None:
             if advertised is None:
                 raise MeshantError(f"the queen at {rec.router} advertises no CURVE key, but "
                                    "this peer has one: give --queen-key", code=Code.BAD_KEY)
-            self._queen_key = advertised  # trust on first use, from the TXT record
-        elif advertised != self._queen_key:
+            self.queen_key = advertised  # trust on first use, from the TXT record
+        elif advertised != self.queen_key:
             raise MeshantError(
                 f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
                 f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
                 "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)
 
-    def _next_queen(self, leader: str) -> None:
-        """(I/O thread) Go to ``leader`` (a standby's hint: one attempt), else back to the
-        list of endpoints, to the one after the last tried (after the standby that gave
-        a hint that led nowhere, so a leader that is in the list is always reached)."""
+    def next_queen(self, leader: str) -> None:
+        """Go to ``leader`` (a standby's hint: one attempt), else back to the list of
+        endpoints, to the one after the last tried (after the standby that gave a hint
+        that led nowhere, so a leader that is in the list is always reached)."""
         if leader and leader != self.queen:
             try:
                 self.queen = check_endpoint(leader)
@@ -88,66 +86,67 @@ class QueenFinder:
                                            or self.queen not in self.queens):
             self._qi = (self._qi + 1) % len(self.queens)
             self.queen = self.queens[self._qi]
-        if self.queen != self._connected_to:
+        if self.queen != self.connected_to:
             log.info("%s: trying the queen at %s", self.name, self.queen)
 
-    def _unreachable(self, timeout: float) -> QueenUnreachable:
+    def unreachable(self, timeout: float) -> QueenUnreachable:
         hint = ("is it running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
-        if self._curve is not None:
+        if self.curve:
             hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
                     "looks exactly like this (the handshake fails silently); check both, "
                     "and that the queen is running")
-        if self._error_body.get("code") == "not-leader":
+        if self.error_body.get("code") == "not-leader":
             # Queens answered, but only as standbys.
             return QueenUnreachable(
                 f"no queen leads at {', '.join(self.queens) or self.queen} (waited "
-                f"{timeout:g} s): {self._error_body.get('message', 'a standby answered')}. "
+                f"{timeout:g} s): {self.error_body.get('message', 'a standby answered')}. "
                 "Is their journal database reachable? (see docs/ha.md)")
         where = ", ".join(self.queens) if len(self.queens) > 1 else self.queen
         return QueenUnreachable(
             f"no answer from the queen at {where} within {timeout:g} s: {hint}")
 
-    def _redirect(self, leader: str) -> bool:
-        """(I/O thread) A standby answered: go to ``leader`` (or the next endpoint), or,
-        not following leaders, stop with the standby's answer as the refusal. False: stop."""
-        self._unanswered = False
-        if not self._follow_leader:
-            b = self._error_body
-            self._refusal = Refused(str(b.get("message", "a standby queen")),
-                                    code=Code.NOT_LEADER,
-                                    **{k: b.get(k) for k in ("role", "term", "leader", "queen")})
-            self._stopping.set()
-            self._welcomed.set()
+    def redirect(self, leader: str) -> Refused | None:
+        """A standby answered: go to ``leader`` (or the next endpoint); not following
+        leaders, the standby's answer is a refusal (returned: the peer stops)."""
+        self.unanswered = False
+        if not self.follow_leader:
+            b = self.error_body
+            return Refused(str(b.get("message", "a standby queen")), code=Code.NOT_LEADER,
+                           **{k: b.get(k) for k in ("role", "term", "leader", "queen")})
+        self.next_queen(leader)
+        return None
+
+    def before_hello(self, fresh: bool) -> str | None:
+        """Where the next hello goes: where discovery says the queen moved, else the next
+        endpoint if the last hello got no answer. Returns why to open a fresh connection
+        ("moved", "fresh": asked for one or the endpoint changed), or None."""
+        moved = self.follower.current() if self.follower is not None else None
+        if moved is not None and moved.router != self.queen and self.follow():
+            return "moved"
+        if self.unanswered and (len(self.queens) > 1 or (
+                self.queens and self.queen not in self.queens)):
+            self.next_queen("")  # no answer there: the next one
+        return "fresh" if fresh or self.connected_to != self.queen else None
+
+    def follow(self) -> bool:
+        """A discovering peer follows its queen to a new address; True if it moved."""
+        if self.follower is None:
             return False
-        self._next_queen(leader)
+        rec = self.follower.current()
+        if rec is None or rec.router == self.queen:
+            return False
+        try:
+            self.check_key(rec)
+        except MeshantError as e:
+            log.error("%s: %s", self.name, e)
+            return False
+        log.info("%s: the queen moved to %s", self.name, rec.router)
+        self.queen = rec.router
         return True
 
-    def _before_hello(self, fresh: bool) -> None:
-        """(I/O thread) Where the next hello goes: where discovery says the queen moved,
-        else the next endpoint if the last hello got no answer; on a fresh connection
-        when asked for one or when the endpoint changed."""
-        moved = self._follower.current() if self._follower is not None else None
-        if moved is not None and moved.router != self.queen:
-            self._follow_queen()  # a fresh connection to where it went
-            return
-        if self._unanswered and (len(self.queens) > 1 or (
-                self.queens and self.queen not in self.queens)):
-            self._next_queen("")  # no answer there: the next one
-        if fresh or self._connected_to != self.queen:
-            self._open_socket()
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
 
-    def _follow_queen(self) -> None:
-        """(I/O thread) A discovering peer follows its queen to a new address."""
-        if self._follower is None:
-            return
-        rec = self._follower.current()
-        if rec is not None and rec.router != self.queen:
-            try:
-                self._check_queen_key(rec)
-            except MeshantError as e:
-                log.error("%s: %s", self.name, e)
-                return
-            log.info("%s: the queen moved to %s", self.name, rec.router)
-            self.queen = rec.router
-            self._sub_endpoint = ""
-            self._open_socket()
+
+__all__ = ["QueenFinder"]

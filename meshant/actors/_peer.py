@@ -1,10 +1,11 @@
 """What foragers and clients share: the connection to the queen.
 
-One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. It says
-hello, keeps the welcome's terms, sends heartbeats, watches the queen's heartbeats, and
-reconnects (a fresh DEALER, bounded exponential backoff with jitter) when the queen dies
-or restarts. Other threads never touch the sockets: they append to ``_outbox`` (or
-``_calls``) and poke the waker.
+One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. It
+carries out what the sans-IO :class:`~meshant.core.session.PeerSession` decides (say
+hello, beat, reconnect on a fresh DEALER when the queen dies or restarts, follow a
+standby's hint to the leader) and what the subclass's own session has to send. Other
+threads never touch the sockets: they hand calls to the I/O thread (``call_soon``) and
+poke the waker.
 """
 
 from __future__ import annotations
@@ -39,14 +40,19 @@ from meshant.actors.colony_memory import Memory
 from meshant.adapters.security import client_socket, load_public, load_secret
 from meshant.core import session as ses
 from meshant.core.session import PeerSession
-from meshant.errors import MeshantError, Refused, TooLarge
+from meshant.errors import ConfigError, MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
 
 log = logging.getLogger("meshant")
 
+Item = p.Message | list[bytes]  # a message, or frames already encoded
+Call = tuple[Callable[..., Any], tuple[Any, ...]]
 
-class Peer(QueenFinder):
+
+class Peer:
+    """A connection to the queen, run by one I/O thread (see the module's docstring)."""
+
     role = "peer"
 
     def __init__(self, queen: str | None, name: str | None,
@@ -56,28 +62,24 @@ class Peer(QueenFinder):
         if discover is None:
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
-        self._follower: Any = None
-        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
-        self.queens = [] if discover else check_endpoints(resolve_queen(queen))
-        self.queen = self.queens[0] if self.queens else ""
-        self._qi = 0
-        self._connected_to = ""
-        self._follow_leader = follow_leader
-        self._error_body: dict[str, Any] = {}
-        self._unanswered = False  # the last hello got no answer (yet)
         # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
         curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
         queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
         self._curve = load_secret(curve_secret) if curve_secret else None
-        self._queen_key = load_public(queen_key) if queen_key else None
-        if self._queen_key is not None and self._curve is None:
-            raise ValueError("--queen-key needs --curve-secret: this peer's own key pair")
-        if self._curve is not None and self._queen_key is None and not discover:
-            raise ValueError("--curve-secret needs --queen-key (the queen's public key), "
-                             "unless the queen is found by discovery")
+        pinned = load_public(queen_key) if queen_key else None
+        if pinned is not None and self._curve is None:
+            raise ConfigError("--queen-key needs --curve-secret: this peer's own key pair")
+        if self._curve is not None and pinned is None and not discover:
+            raise ConfigError("--curve-secret needs --queen-key (the queen's public key), "
+                              "unless the queen is found by discovery")
         self.name = name or default_name(self.role)
         if not p.valid_name(self.name):
-            raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
+            raise ConfigError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
+        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
+        self.finder = QueenFinder([] if discover else check_endpoints(resolve_queen(queen)),
+                                  name=self.name, colony=self.colony,
+                                  curve=self._curve is not None, queen_key=pinned,
+                                  follow_leader=follow_leader)
         # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
         # by the sans-IO session; this class carries out what it says.
         self._sess = PeerSession(curve=self._curve is not None)
@@ -86,9 +88,7 @@ class Peer(QueenFinder):
         # Proves to the queen that a reconnecting peer is the one that held its name.
         self._session = secrets.token_hex(16)
         self._ctx = context or zmq.Context.instance()
-        # Messages, or frames already encoded (a client's submissions, kept for re-sending).
-        self._outbox: deque[p.Message | list[bytes]] = deque()
-        self._calls: deque[Callable[[], None]] = deque()
+        self._calls: deque[Call] = deque()
         self._waker = Waker()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -102,6 +102,8 @@ class Peer(QueenFinder):
         self._sub_endpoint = ""
         self._topics: set[bytes] = {HB_TOPIC}
         self._subs: list[tuple[str, Callable[[str, Any, p.Message], Any]]] = []
+        # A direct client's: the caller's thread reads the socket until a condition holds.
+        self.pump: Callable[[Callable[[], bool], float | None], None] | None = None
         self.memory = Memory(self)
         self._handlers: dict[str, Callable[[p.Message], object]] = {
             "welcome": self._on_welcome,
@@ -109,12 +111,22 @@ class Peer(QueenFinder):
             "mem.sync": self.memory.on_reply,
         }
 
+    @property
+    def queen(self) -> str:
+        """The queen's endpoint as this peer knows it now."""
+        return self.finder.queen
+
+    @property
+    def queens(self) -> list[str]:
+        """The endpoints it was given (a leader and its standbys)."""
+        return self.finder.queens
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def _start_io(self, timeout: float | None) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.role} already started")
-        self._find_queen(timeout)
+        self.finder.find(timeout)
         self._stopped.clear()
         self._thread = threading.Thread(target=self._io_main, name=f"meshant-{self.role}",
                                         daemon=True)
@@ -126,7 +138,7 @@ class Peer(QueenFinder):
             self.close()
             if err is not None:
                 raise err
-            raise self._unreachable(timeout)
+            raise self.finder.unreachable(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread and close the sockets (idempotent)."""
@@ -140,30 +152,34 @@ class Peer(QueenFinder):
     def connected(self) -> bool:
         return self._welcomed.is_set()
 
-    def send_message(self, msg: p.Message | list[bytes]) -> None:
-        """Queue a message (or its encoded frames) for the I/O thread; safe from any
-        thread."""
-        self._outbox.append(msg)
-        if threading.get_ident() != self._io_ident:
-            # The I/O thread flushes its outbox every turn; only others must wake it.
-            self._waker.wake()
+    def in_io_thread(self) -> bool:
+        """Whether the caller is the thread that owns the sockets."""
+        return threading.get_ident() == self._io_ident
 
-    def call_soon(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` in the I/O thread (socket work from other threads goes through here)."""
-        self._calls.append(fn)
-        if threading.get_ident() != self._io_ident:
-            self._waker.wake()
+    def send_message(self, msg: Item) -> None:
+        """Queue a message (or its encoded frames) to the queen; safe from any thread."""
+        self.call_soon(self._queue, msg)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the I/O thread (socket work from other threads goes
+        through here); at once when called from it."""
+        if threading.get_ident() == self._io_ident:
+            fn(*args)
+            return
+        self._calls.append((fn, args))
+        self._waker.wake()
 
     def broadcast(self, topic: str, data: Any = None) -> None:
         """Publish ``data`` under ``topic`` to every subscribed agent (one send at the queen)."""
         if not valid_topic(topic):
-            raise ValueError(f"topic {topic!r} is not allowed: use 1-200 characters of "
-                             "A-Z a-z 0-9 . _ : / -")
+            raise ConfigError(f"topic {topic!r} is not allowed: use 1-200 characters of "
+                              "A-Z a-z 0-9 . _ : / -")
         msg = p.Message("broadcast", {"topic": topic, "data": data}, to="queen")
         try:
             frames = self._encode(msg)
         except p.ProtocolError as e:
-            raise ValueError(f"cannot broadcast on {topic!r}: {e.message}") from None
+            raise p.LocalProtocolError(e.code, f"cannot broadcast on {topic!r}: "
+                                       f"{e.message}") from None
         size = sum(len(f) for f in frames)
         limit = self._sess.max_broadcast
         if size > limit:
@@ -176,9 +192,9 @@ class Peer(QueenFinder):
         """Call ``fn(topic, data, message)`` for each broadcast whose topic starts with
         ``prefix`` ("" for all)."""
         if prefix and not valid_topic(prefix):
-            raise ValueError(f"prefix {prefix!r} is not allowed")
+            raise ConfigError(f"prefix {prefix!r} is not allowed")
         self._subs.append((prefix, fn))
-        self.call_soon(lambda: self._subscribe(USER_PREFIX + prefix.encode()))
+        self.call_soon(self.listen, USER_PREFIX + prefix.encode())
 
     def _deliver_broadcast(self, fn: Callable[[str, Any, p.Message], Any], topic: str,
                            msg: p.Message) -> None:
@@ -187,7 +203,7 @@ class Peer(QueenFinder):
         except Exception:
             log.exception("%s: broadcast callback failed", self.name)
 
-    def _subscribe(self, topic: bytes) -> None:
+    def listen(self, topic: bytes) -> None:
         """(I/O thread) Receive PUB messages whose topic starts with ``topic``."""
         if topic not in self._topics:
             self._topics.add(topic)
@@ -232,10 +248,29 @@ class Peer(QueenFinder):
                     self._deliver_broadcast(fn, name, msg)
 
     def _refused_unregistered(self, ref: str | None) -> None:
-        pass
+        """The queen refused message ``ref`` as from an unregistered peer."""
 
     def _on_remote_error(self, msg: p.Message) -> None:
         log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])
+
+    def _queue(self, item: Item) -> None:
+        """(I/O thread) Put ``item`` in line for the queen (the subclass's session)."""
+        raise NotImplementedError
+
+    def _outgoing(self, now: float) -> list[Item]:
+        """(I/O thread) What to send now, in order."""
+        raise NotImplementedError
+
+    def _unsent(self, items: list[Item]) -> None:
+        """(I/O thread) The connection could not take these: first in line next time."""
+        raise NotImplementedError
+
+    def _sent(self, item: Item, now: float) -> None:
+        """(I/O thread) ``item`` left."""
+
+    def _unencodable(self, item: Item, e: p.ProtocolError) -> None:
+        kind = item.kind if isinstance(item, p.Message) else "message"
+        log.error("%s: cannot send a %s message: %s", self.name, kind, e.message)
 
     # -- sockets --------------------------------------------------------------------------
 
@@ -256,15 +291,16 @@ class Peer(QueenFinder):
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 30_000)
         self._secure(sock)
-        sock.connect(self.queen)
-        self._connected_to = self.queen
+        sock.connect(self.finder.queen)
+        self.finder.connected_to = self.finder.queen
         self._sock = sock
         self._poller.register(sock, zmq.POLLIN)
         return sock
 
     def _secure(self, sock: zmq.Socket[Any]) -> None:
-        if self._curve is not None and self._queen_key is not None:
-            client_socket(sock, *self._curve, self._queen_key)
+        key = self.finder.queen_key
+        if self._curve is not None and key is not None:
+            client_socket(sock, *self._curve, key)
 
     def _open_sub(self, endpoint: str) -> None:
         if not endpoint or endpoint == self._sub_endpoint:
@@ -278,7 +314,7 @@ class Peer(QueenFinder):
         for t in self._topics:
             sub.setsockopt(zmq.SUBSCRIBE, t)
         self._secure(sub)
-        sub.connect(pub_endpoint_for(endpoint, self.queen))
+        sub.connect(pub_endpoint_for(endpoint, self.finder.queen))
         self._sub = sub
         self._sub_endpoint = endpoint
         self._poller.register(sub, zmq.POLLIN)
@@ -315,13 +351,13 @@ class Peer(QueenFinder):
         self._io_closing()
         self._close_sockets()
         self._waker.close()
-        if self._follower is not None:
-            self._follower.close()
+        self.finder.close()
         self._stopped.set()
 
     def _io_closing(self) -> None:
         if self._welcomed.is_set() and self._refusal is None and self._sock is not None:
-            self._flush(self._outbox)  # what was queued before close() still goes out
+            self._run_calls()
+            self._flush(time.monotonic())  # what was queued before close() still goes out
             try:
                 # Tell the queen at once rather than let it wait out our heartbeats.
                 self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
@@ -332,7 +368,7 @@ class Peer(QueenFinder):
 
     def _say_hello(self, now: float) -> None:
         msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
-        self._unanswered = True
+        self.finder.unanswered = True
         self._send_now(msg)
         self._sess.hello_sent(msg.id, now)
 
@@ -349,12 +385,12 @@ class Peer(QueenFinder):
         limit = self.max_message
         for f in frames:
             if len(f) > limit:
-                raise p.ProtocolError(
+                raise p.LocalProtocolError(
                     Code.TOO_LARGE, f"{_size(frames)}, over the queen's limit of "
                     f"{_size_n(limit)} (its --max-message), for a {msg.kind} message")
         return frames
 
-    def _send_now(self, msg: p.Message | list[bytes]) -> bool:
+    def _send_now(self, msg: Item) -> bool:
         """Send at once; False if the socket cannot take it now (then nothing was sent).
         Raises ProtocolError for a message that cannot be encoded or is too large."""
         frames = msg if isinstance(msg, list) else self._encode(msg)
@@ -366,21 +402,24 @@ class Peer(QueenFinder):
         self._sess.last_send = time.monotonic()
         return True
 
-    def _flush(self, outbox: deque[p.Message | list[bytes]]) -> None:
-        while outbox:
-            msg = outbox.popleft()
-            try:
-                sent = self._send_now(msg)
-            except p.ProtocolError as e:
-                self._unsendable(msg, e)
-                continue
-            if not sent:
-                outbox.appendleft(msg)
+    def _flush(self, now: float) -> None:
+        """Send what the session has for the queen, while the connection takes it."""
+        if not self._welcomed.is_set() or self._sock is None:
+            return
+        for _ in range(3):  # (an unsendable result is replaced by an error: send it too)
+            items = self._outgoing(now)
+            if not items:
                 return
-
-    def _unsendable(self, msg: p.Message | list[bytes], e: p.ProtocolError) -> None:
-        kind = msg.kind if isinstance(msg, p.Message) else "message"
-        log.error("%s: cannot send a %s message: %s", self.name, kind, e.message)
+            for i, item in enumerate(items):
+                try:
+                    sent = self._send_now(item)
+                except p.ProtocolError as e:
+                    self._unencodable(item, e)
+                    continue
+                if not sent:
+                    self._unsent(items[i:])
+                    return
+                self._sent(item, now)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -433,53 +472,63 @@ class Peer(QueenFinder):
             self._act(now)
             return
         seq = msg.b.get("mem_seq")
-        if isinstance(seq, int) and self.memory._enabled:
+        if isinstance(seq, int):
             self.memory.on_queen_seq(seq)
 
     def _act(self, now: float) -> None:
         """Carry out what the session decided, in order."""
         sess = self._sess
+        finder = self.finder
         for a in sess.take():
-            cls = a.__class__
-            if cls is ses.Beat:
-                if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
-                    sess.sent(sess.last_send, beat=True)
-            elif cls is ses.SayHello:
-                self._before_hello(a.fresh_connection)  # type: ignore[union-attr]
-                self._say_hello(now)
-            elif cls is ses.Redirect:
-                if not self._redirect(a.leader):  # type: ignore[union-attr]
-                    return
-            elif cls is ses.Welcomed:
-                if self._said_waiting:
-                    # Said at the level the waiting was, so a person sees the end of it.
-                    log.warning("%s: connected to the queen at %s", self.name, self.queen)
-                    self._said_waiting = False
-                elif sess.reconnects:
-                    log.info("%s: welcomed by the queen at %s", self.name, self.queen)
-                self._open_sub(str(sess.welcome.get("pub") or ""))
-                self._welcomed.set()
-                self.memory.on_welcome(a.new_epoch)  # type: ignore[union-attr]
-                self._after_welcome(a.first)  # type: ignore[union-attr]
-            elif cls is ses.Lost:
-                log.warning("%s: %s; reconnecting", self.name, a.why)  # type: ignore[union-attr]
-                self._welcomed.clear()
-                self._open_socket()
-                self._queen_lost(now, a.why)  # type: ignore[union-attr]
-            elif cls is ses.Forgotten:
-                log.info("%s: the queen forgot us; saying hello again", self.name)
-                self._welcomed.clear()
-            elif cls is ses.Refused:
-                self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
-                                        f"{a.message}", code=a.code)  # type: ignore[union-attr]
-                self._stopping.set()
-                self._welcomed.set()
-            elif cls is ses.StillWaiting:
-                self._said_waiting = True
-                where = self.queen or f"colony {self.colony or 'default'}"
-                log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it "
-                            "running, and is the endpoint right? (--queen or MESHANT_QUEEN)",
-                            self.name, where, a.waited)  # type: ignore[union-attr]
+            match a:
+                case ses.Beat():
+                    if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
+                        sess.sent(sess.last_send, beat=True)
+                case ses.SayHello(fresh_connection=fresh):
+                    where = finder.before_hello(fresh)
+                    if where is not None:
+                        if where == "moved":
+                            self._sub_endpoint = ""  # the queen's PUB moved with it
+                        self._open_socket()
+                    self._say_hello(now)
+                case ses.Redirect(leader=leader):
+                    refusal = finder.redirect(leader)
+                    if refusal is not None:
+                        self._refusal = refusal
+                        self._stopping.set()
+                        self._welcomed.set()
+                        return
+                case ses.Welcomed(first=first, new_epoch=new_epoch):
+                    if self._said_waiting:
+                        # Said at the level the waiting was, so a person sees its end.
+                        log.warning("%s: connected to the queen at %s", self.name,
+                                    finder.queen)
+                        self._said_waiting = False
+                    elif sess.reconnects:
+                        log.info("%s: welcomed by the queen at %s", self.name, finder.queen)
+                    self._open_sub(str(sess.welcome.get("pub") or ""))
+                    self._welcomed.set()
+                    self.memory.on_welcome(new_epoch)
+                    self._after_welcome(first)
+                case ses.Lost(why=why):
+                    log.warning("%s: %s; reconnecting", self.name, why)
+                    self._welcomed.clear()
+                    self._open_socket()
+                    self._queen_lost(now, why)
+                case ses.Forgotten():
+                    log.info("%s: the queen forgot us; saying hello again", self.name)
+                    self._welcomed.clear()
+                case ses.Refused(code=code, message=message):
+                    self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
+                                            f"{message}", code=code)
+                    self._stopping.set()
+                    self._welcomed.set()
+                case ses.StillWaiting(waited=waited):
+                    self._said_waiting = True
+                    where = finder.queen or f"colony {self.colony or 'default'}"
+                    log.warning("%s: still waiting for the queen at %s (%.0f s so far): is "
+                                "it running, and is the endpoint right? (--queen or "
+                                "MESHANT_QUEEN)", self.name, where, waited)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -492,19 +541,24 @@ class Peer(QueenFinder):
             self._act(now)
         self._on_timers(now)
 
+    def _run_calls(self) -> None:
+        calls = self._calls
+        while calls:
+            fn, args = calls.popleft()
+            fn(*args)
+
     def _turn(self, events: dict[Any, int]) -> None:
-        """One loop turn after a poll: read, run queued calls, flush, timers."""
+        """One loop turn after a poll: read, run queued calls, timers, flush."""
         sock, sub = self._sock, self._sub
         if sock is not None and sock in events:
             self._receive(sock)
         if sub is not None and sub in events:
             self._receive_pub(sub)
-        calls = self._calls
-        while calls:
-            calls.popleft()()
-        if self._outbox and self._welcomed.is_set():
-            self._flush(self._outbox)
-        self._timers(time.monotonic())
+        if self._calls:
+            self._run_calls()
+        now = time.monotonic()
+        self._timers(now)
+        self._flush(now)
 
     def _io_loop(self) -> None:
         poller = self._poller
@@ -514,12 +568,16 @@ class Peer(QueenFinder):
         self._act(time.monotonic())
         while not self._stopping.is_set():
             wait = self._next_wakeup() - time.monotonic()
-            if self._outbox and self._welcomed.is_set():
+            if self._welcomed.is_set() and self._pending():
                 wait = min(wait, 0.05)  # the pipe was full: try again soon
             events = dict(poller.poll(int(max(0.0, wait) * 1000)))
             if waker_fd in events:
                 self._waker.drain()
             self._turn(events)
+
+    def _pending(self) -> bool:
+        """Whether something waits to be sent (the connection could not take it)."""
+        return False
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -527,7 +585,7 @@ class Peer(QueenFinder):
         if msg.ref != self._sess.hello_id:
             return  # the answer to an older hello
         self.name = msg.b.get("name", self.name)
-        self._unanswered = False
+        self.finder.unanswered = False
         now = time.monotonic()
         self._sess.on_welcome(msg.ref, msg.b, now)
         self._act(now)
@@ -535,14 +593,14 @@ class Peer(QueenFinder):
     def _on_error(self, msg: p.Message) -> None:
         b = msg.b
         code = b["code"]
+        now = time.monotonic()
         if code == Code.NOT_REGISTERED:
             # The queen does not know us (it restarted, or forgot an idle client):
             # introduce ourselves again, then resend what was refused.
             self._refused_unregistered(msg.ref)
-        now = time.monotonic()
         if msg.ref is not None and msg.ref == self._sess.hello_id:
-            self._unanswered = False
-        self._error_body = b
+            self.finder.unanswered = False
+        self.finder.error_body = b
         if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now,
                                b.get("leader")):
             if code == Code.NAME_TAKEN and not self._sess.out:

@@ -3,17 +3,18 @@
 ``Client`` is thread-safe by default: any thread may submit; one I/O thread owns the
 socket. ``Client(threaded=False)`` has no I/O thread: the calling thread drives the socket
 whenever it submits or waits, which saves two thread hand-offs per task (the lowest
-latency for a single-threaded caller). A submission's future and updates are
-:mod:`meshant.actors.futures`; ``AsyncClient`` (:mod:`meshant.actors.async_client`) wraps
-the threaded client for asyncio.
+latency for a single-threaded caller). What it keeps, sends again and when, and what the
+queen's answers mean, is decided by a sans-IO
+:class:`~meshant.core.client_session.ClientSession`; this class holds the futures
+(:mod:`meshant.actors.futures`), graph handles (:mod:`meshant.actors.graphs`) and
+attachments (:mod:`meshant.actors.attach`). ``AsyncClient``
+(:mod:`meshant.actors.async_client`) wraps the threaded client for asyncio.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import queue
-import random
 import threading
 import time
 from collections import deque
@@ -24,15 +25,19 @@ from typing import Any
 import zmq
 
 from meshant import protocol as p
-from meshant.actors._peer import Peer
-from meshant.actors.attach import Attachment, Conversations
+from meshant.actors._peer import Item, Peer
+from meshant.actors.attach import Attachment, apply, feed
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
-from meshant.actors.graphs import GraphClient
+from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
+from meshant.core import client_session as cs_
+from meshant.core.client_session import ClientSession
 from meshant.errors import (
+    BadInput,
     MeshantError,
     QueenUnreachable,
     QueueFull,
+    Timeout,
     TooLarge,
     from_error_body,
 )
@@ -42,7 +47,7 @@ from meshant.protocol.codes import Code
 log = logging.getLogger("meshant.client")
 
 
-class Client(Conversations, Peer, GraphClient):
+class Client(Peer):
     """Connects to a queen and submits tasks.
 
     Settings come as a :class:`~meshant.ClientConfig` (``config=``) or as keyword
@@ -79,62 +84,58 @@ class Client(Conversations, Peer, GraphClient):
         c = self.config = settle(ClientConfig, config, settings)
         super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
                          c.queen_key, c.follow_leader)
-        timeout, threaded, wait = c.timeout, c.threaded, c.wait
-        queen_wait, submit_timeout = c.queen_wait, c.submit_timeout
-        retry_queue_full, max_pending_bytes = c.retry_queue_full, c.max_pending_bytes
-        self.wait = wait
+        self.wait = c.wait
         self.on_update = on_progress
-        self.threaded = threaded
+        self.threaded = c.threaded
+        self.queen_wait = c.queen_wait
+        self.submit_timeout = c.submit_timeout
+        self.retry_queue_full = c.retry_queue_full
+        self.max_pending_bytes = c.max_pending_bytes
+        self._cs = ClientSession(queen_wait=c.queen_wait, submit_timeout=c.submit_timeout,
+                                 retry_queue_full=c.retry_queue_full)
         self._tasks: dict[str, TaskFuture] = {}
         self._requests: dict[str, Future[Any]] = {}
-        self._request_msgs: dict[str, p.Message] = {}
-        self._resend: list[p.Message] = []
-        self._lost_at: float | None = None
-        self._lost_why = ""
-        self.queen_wait = queen_wait
-        self.submit_timeout = submit_timeout
-        self.retry_queue_full = retry_queue_full
-        self.max_pending_bytes = max_pending_bytes
+        self._graphs = ClientGraphs()
+        self._attached: dict[str, list[Attachment]] = {}
+        # Bytes of the submissions kept for re-sending (checked in the caller's thread).
         self._pending_bytes = 0
         self._pending_lock = threading.Lock()
-        # Refused submissions waiting to be sent again: (when, task id); and a pause on
-        # every submission while the queen asks us to slow down.
-        self._retry: list[tuple[float, str]] = []
-        self._hold_until = 0.0
-        self._pump = None if threaded else self._pump_until
+        if not c.threaded:
+            self.pump = self._pump_until
         self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
+        # The queen's refusals of messages that wait for no answer (drain, halt, msg).
+        self.refusals: deque[p.Message] = deque(maxlen=100)
         self._handlers.update({
             "task.submitted": self._on_submitted,
             "task.result": self._on_result,
             "task.batch": self._on_batch,
             "task.progress": self._on_progress,
+            "task.ask": self._on_ask,
+            "task.update": self._on_update,
             "task.state": self._on_reply,
             "status.reply": self._on_reply,
             "tool.reply": self._on_reply,
             "dlq.reply": self._on_reply,
-            "msg": self._on_inbox,
-            "note": self._on_inbox,
-            "msg.receipt": self._on_inbox,
-            # Conversations (meshant.actors.attach): questions, answers, attached streams.
-            "task.ask": self._on_ask,
-            "task.update": self._on_update,
             "task.answered": self._on_reply,
             "task.attached": self._on_reply,
             "inbox.reply": self._on_reply,
+            "graph.state": self._on_reply,
+            "graph.submitted": self._graphs.on_submitted,
+            "graph.node": self._graphs.on_node,
+            "graph.result": self._on_graph_result,
+            "msg": self._on_inbox,
+            "note": self._on_inbox,
+            "msg.receipt": self._on_inbox,
         })
-        self._attached: dict[str, list[Attachment]] = {}
-        # The queen's refusals of messages that wait for no answer (drain, halt, msg).
-        self.refusals: deque[p.Message] = deque(maxlen=100)
-        self._graph_init()  # task graphs: actors/graphs.py
-        if threaded:
-            self._start_io(timeout)
+        if c.threaded:
+            self._start_io(c.timeout)
         else:
-            self._start_direct(timeout)
+            self._start_direct(c.timeout)
 
     # -- direct mode: the caller's thread drives the socket -------------------------------
 
     def _start_direct(self, timeout: float) -> None:
-        self._find_queen(timeout)
+        self.finder.find(timeout)
         self._io_ident = threading.get_ident()
         self._open_socket()
         now = time.monotonic()
@@ -149,7 +150,7 @@ class Client(Conversations, Peer, GraphClient):
             self._close_direct()
             if err is not None:
                 raise err
-            raise self._unreachable(timeout)
+            raise self.finder.unreachable(timeout)
 
     def _check_owner(self) -> None:
         if threading.get_ident() != self._io_ident:
@@ -157,7 +158,7 @@ class Client(Conversations, Peer, GraphClient):
                                "share the default threaded Client between threads instead")
 
     def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> None:
-        """Read and dispatch messages until ``done()`` or ``timeout`` (TimeoutError)."""
+        """Read and dispatch messages until ``done()`` or ``timeout`` (Timeout)."""
         self._check_owner()
         poll = self._poller.poll
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -166,7 +167,7 @@ class Client(Conversations, Peer, GraphClient):
                 return
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise TimeoutError("timed out waiting for the queen")
+                raise Timeout("timed out waiting for the queen")
             wait = self._next_wakeup() - now
             if deadline is not None:
                 wait = min(wait, deadline - now)
@@ -176,88 +177,14 @@ class Client(Conversations, Peer, GraphClient):
         if not self._stopped.is_set():
             self._teardown()
 
-    def send_message(self, msg: p.Message | list[bytes]) -> None:
+    def send_message(self, msg: Item) -> None:
         if self._died is not None:
             raise self._died
-        if self.threaded:
-            super().send_message(msg)
-            return
-        self._check_owner()
-        if self._welcomed.is_set() and not self._outbox and time.monotonic() >= (
-                self._hold_until):
-            try:
-                if self._send_now(msg):
-                    return
-            except p.ProtocolError as e:
-                self._unsendable(msg, e)
-                return
-        self._outbox.append(msg)
-
-    def _flush(self, outbox: Any) -> None:
-        if self._hold_until and time.monotonic() < self._hold_until:
-            return  # the queen asked us to slow down: everything waits its turn
-        super()._flush(outbox)
-
-    def _refused_unregistered(self, ref: str | None) -> None:
-        msg = self._request_msgs.get(ref or "")
-        if msg is not None:
-            self._resend.append(msg)
-
-    def _after_welcome(self, first: bool) -> None:
-        self._lost_at = None
-        if not first:
-            # Back after losing the queen (or being forgotten by it): every pending
-            # submission goes again, in order, with its own id. Whatever of them still
-            # sat in the outbox goes with them, not twice. The queen answers an id it
-            # holds as the same task (with its result, if it has finished), and runs
-            # one it never saw.
-            kept = [m for m in self._outbox if isinstance(m, p.Message)]
-            self._outbox.clear()
-            self._retry.clear()
-            for fut in list(self._tasks.values()):
-                if fut._frames is not None:
-                    self._outbox.append(fut._frames)
-            self._outbox.extend(self._graph_frames())
-            self._outbox.extend(kept)
-        resend, self._resend = self._resend, []
-        for msg in resend:
-            self._outbox.append(msg)
-        if self._outbox:
-            self._flush(self._outbox)
-
-    def _queen_lost(self, now: float, why: str) -> None:
-        if self._lost_at is None:
-            self._lost_at = now
-            self._lost_why = why
-
-    def _next_timer(self) -> float:
-        t = super()._next_timer()
-        if self._retry:
-            t = min(t, self._retry[0][0])
-        if self._hold_until and self._outbox:
-            t = min(t, self._hold_until)
-        return t
-
-    def _on_timers(self, now: float) -> None:
-        if self._retry and self._retry[0][0] <= now:
-            due = []
-            while self._retry and self._retry[0][0] <= now:
-                due.append(heapq.heappop(self._retry)[1])
-            for task_id in due:
-                fut = self._tasks.get(task_id)
-                if fut is not None and fut._frames is not None:
-                    self._outbox.append(fut._frames)
-        if self._hold_until and now >= self._hold_until:
-            self._hold_until = 0.0
-        if self._outbox and self._welcomed.is_set():
-            self._flush(self._outbox)
-        lost = self._lost_at
-        if lost is not None and now - lost >= self.queen_wait and self._tasks:
-            err = QueenUnreachable(
-                f"the queen at {self.queen} has been unreachable for {now - lost:.0f} s "
-                f"({self._lost_why}); whether it received or ran the task is unknown",
-                code=Code.QUEEN_LOST)
-            self._fail_pending(err)
+        if not self.threaded:
+            self._check_owner()
+        super().send_message(msg)
+        if not self.threaded:
+            self._flush(time.monotonic())  # the lowest latency: now, not at the next pump  # the lowest latency: now, not at the next pump
 
     def __enter__(self) -> Client:
         return self
@@ -279,26 +206,87 @@ class Client(Conversations, Peer, GraphClient):
         assert self._died is not None
         self._fail_pending(self._died)
 
+    # -- the session ----------------------------------------------------------------------
+
+    def _queue(self, item: Item) -> None:
+        self._cs.send(item)
+
+    def _outgoing(self, now: float) -> list[Item]:
+        return self._cs.flush(now)
+
+    def _unsent(self, items: list[Item]) -> None:
+        self._cs.unsent(items)
+
+    def _pending(self) -> bool:
+        return bool(self._cs.outbox)
+
+    def _after_welcome(self, first: bool) -> None:
+        self._cs.welcomed(first)
+
+    def _queen_lost(self, now: float, why: str) -> None:
+        self._cs.lost(now, why)
+
+    def _refused_unregistered(self, ref: str | None) -> None:
+        self._cs.forgotten(ref)
+
+    def _next_timer(self) -> float:
+        return self._cs.next_deadline()
+
+    def _on_timers(self, now: float) -> None:
+        self._cs.tick(now)
+        self._do(self._cs.take())
+
+    def _do(self, actions: list[cs_.Action]) -> None:
+        """Carry out what the client session decided."""
+        for a in actions:
+            match a:
+                case cs_.Update(task_id=task_id, kind=kind, body=body):
+                    fut = self._tasks.get(task_id)
+                    if fut is not None:
+                        u = apply(fut, kind, body)
+                        if u is not None and self.on_update is not None:
+                            self._callback(fut, u)
+                case cs_.Ended(task_id=task_id, body=body, error=error):
+                    fut = self._tasks.get(task_id)
+                    if fut is None:
+                        continue
+                    self._end(fut)
+                    if body is not None:
+                        apply(fut, "task.result", body)
+                    else:
+                        fail(fut, from_error_body(error or {}))
+                case cs_.GiveUp(why=why, away=away):
+                    self._fail_pending(QueenUnreachable(
+                        f"the queen at {self.queen} has been unreachable for {away:.0f} s "
+                        f"({why}); whether it received or ran the task is unknown",
+                        code=Code.QUEEN_LOST))
+
     def _end(self, fut: TaskFuture) -> None:
         """The task is over for this client: forget it and its kept submission."""
         if self._tasks.pop(fut.task_id, None) is not None:
             with self._pending_lock:
                 self._pending_bytes -= fut._size
-        fut._frames = None
         fut._updates.put(None)
-
-    def _fail_task(self, fut: TaskFuture, err: MeshantError) -> None:
-        """The task is over for this client, failed with ``err`` (unless it has its
-        outcome already)."""
-        self._end(fut)
-        fail(fut, err)
 
     def _fail_pending(self, err: MeshantError) -> None:
         for fut in list(self._tasks.values()):
-            self._fail_task(fut, err)
+            self._end(fut)
+            fail(fut, err)
         for rf in list(self._requests.values()):
             fail(rf, err)
-        self._graphs_failed(err)
+        self._graphs.fail_all(err)
+
+    def _callback(self, fut: TaskFuture, u: Update) -> None:
+        """Call the user's on_progress; its exception is logged and reported on the task's
+        updates, and never reaches (or stops) the I/O thread."""
+        assert self.on_update is not None
+        try:
+            self.on_update(fut.task_id, u)
+        except Exception as e:
+            log.exception("%s: on_progress callback failed for task %s", self.name,
+                          fut.task_id)
+            fut._updates.put(Update("callback-error", u.seq,
+                                    note=f"on_progress raised {type(e).__name__}: {e}"))
 
     # -- tasks ----------------------------------------------------------------------------
 
@@ -334,8 +322,10 @@ class Client(Conversations, Peer, GraphClient):
             raise self._died
         if self._stopped.is_set():
             raise MeshantError("the client is closed", code=Code.CLOSED)
+        if not self.threaded:
+            self._check_owner()
         if not 0 <= priority <= 99:
-            raise ValueError("priority must be between 0 and 99")
+            raise BadInput("priority must be between 0 and 99")
         body: dict[str, Any] = {"capability": capability, "payload": p.wrap_blob(payload)}
         if priority != 50:
             body["priority"] = priority
@@ -367,18 +357,21 @@ class Client(Conversations, Peer, GraphClient):
         except p.ProtocolError as e:
             if e.code == Code.TOO_LARGE:
                 raise TooLarge(f"cannot submit {capability!r}: {e.message}") from None
-            raise ValueError(f"cannot submit {capability!r}: {e.message}") from None
-        fut = TaskFuture(msg.id, frames, self._pump)
-        if self._pending_bytes + fut._size > self.max_pending_bytes and self._tasks:
-            raise QueueFull(
-                f"the client holds {len(self._tasks)} unfinished submissions of "
-                f"{self._pending_bytes:,} bytes, its limit (max_pending_bytes="
-                f"{self.max_pending_bytes:,}): wait for some results first")
-        fut._submitted = time.monotonic()
+            raise p.LocalProtocolError(e.code, f"cannot submit {capability!r}: "
+                                       f"{e.message}") from None
+        fut = TaskFuture(msg.id, self.pump)
+        fut._size = size = sum(len(f) for f in frames)
         with self._pending_lock:
-            self._pending_bytes += fut._size
+            if self._pending_bytes + size > self.max_pending_bytes and self._tasks:
+                raise QueueFull(
+                    f"the client holds {len(self._tasks)} unfinished submissions of "
+                    f"{self._pending_bytes:,} bytes, its limit (max_pending_bytes="
+                    f"{self.max_pending_bytes:,}): wait for some results first")
+            self._pending_bytes += size
         self._tasks[msg.id] = fut
-        self.send_message(frames)
+        self.call_soon(self._cs.submit, msg.id, frames, time.monotonic())
+        if not self.threaded:
+            self._flush(time.monotonic())
         return fut
 
     def map(self, capability: str, payloads: Iterable[Any], **kw: Any) -> list[TaskFuture]:
@@ -401,18 +394,18 @@ class Client(Conversations, Peer, GraphClient):
         msg = p.Message(kind, body, frm=self.name, to="queen")
         fut: Future[Any] = Future()
         self._requests[msg.id] = fut
-        self._request_msgs[msg.id] = msg
-        self.send_message(msg)
+        self.call_soon(self._cs.request, msg)
+        if not self.threaded:
+            self._flush(time.monotonic())
         try:
-            if self._pump is not None:
-                self._pump(fut.done, timeout)
-            return fut.result(0 if self._pump is not None else timeout)  # type: ignore[no-any-return]
+            if self.pump is not None:
+                self.pump(fut.done, timeout)
+            return fut.result(0 if self.pump is not None else timeout)  # type: ignore[no-any-return]
         except TimeoutError:
-            raise MeshantError(f"no answer to {kind} within {timeout:g} s",
-                               code=Code.TIMEOUT) from None
+            raise Timeout(f"no answer to {kind} within {timeout:g} s") from None
         finally:
             self._requests.pop(msg.id, None)
-            self._request_msgs.pop(msg.id, None)
+            self.call_soon(self._cs.answered, msg.id)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The queen's registry, queue depths and counters."""
@@ -461,119 +454,145 @@ class Client(Conversations, Peer, GraphClient):
         try:
             p.validate_body(p.BY_NAME["note"], {"text": text})
         except p.ProtocolError as e:
-            raise ValueError(e.message) from None
+            raise p.LocalProtocolError(e.code, e.message) from None
         msg = p.Message("note", {"text": text}, frm=self.name, to=to,
                         extra=_extra(receipt, ttl))
         self.send_message(msg)
         return msg.id
 
-    # -- I/O thread -----------------------------------------------------------------------
+    # -- conversations --------------------------------------------------------------------
+
+    def answer(self, task_id: str, value: Any, *, request: str | None = None,
+               timeout: float = 5.0) -> dict[str, Any]:
+        """Answer a task's question (``request``, else its oldest waiting one): its
+        handler's ``ctx.ask`` returns ``value``. Raises MeshantError (unknown-question,
+        already-answered, forbidden...) if the queen refuses it."""
+        body: dict[str, Any] = {"task": task_id, "value": p.wrap_blob(value)}
+        if request is not None:
+            body["request"] = request
+        return self._request("task.answer", body, timeout)
+
+    def attach(self, task_id: str, after_seq: int = 0, *, timeout: float = 5.0) -> Attachment:
+        """Follow a task (running or finished, anyone's with the right) from after
+        sequence number ``after_seq``: its ``updates()`` and ``result()``. Raises
+        MeshantError cursor-expired if updates after the cursor are no longer kept."""
+        att = Attachment(task_id, after_seq, self.pump)
+        # Registered before asking: what follows the queen's answer is fed to it at once.
+        self._attached.setdefault(task_id, []).append(att)
+        try:
+            info = self._request("task.attach", {"task": task_id, "after": after_seq}, timeout)
+        except BaseException:
+            self._detach(att)
+            raise
+        att.state, att.last = info["state"], info.get("last", 0)
+        return att
+
+    def _detach(self, att: Attachment) -> None:
+        lst = self._attached.get(att.task_id, [])
+        if att in lst:
+            lst.remove(att)
+        if not lst:
+            self._attached.pop(att.task_id, None)
+
+    def inbox_of(self, name: str, *, purge: bool = False, timeout: float = 5.0) -> dict[str, Any]:
+        """What the queen keeps for ``name`` (not connected); ``purge=True`` forgets it
+        (an admin operation with CURVE on)."""
+        return self._request("inbox", {"op": "purge" if purge else "list", "name": name},
+                             timeout)
+
+    # -- task graphs ----------------------------------------------------------------------
+
+    def submit_graph(self, graph: Any, *, updates: bool = False) -> GraphHandle:
+        """Submit a task graph (a :class:`~meshant.Graph`, or the document: a map of name
+        to node, or ``{"nodes": [...]}``); returns its :class:`~meshant.GraphHandle` at
+        once. The queen checks the whole graph first: a bad one fails
+        ``handle.submitted`` (and ``result()``) with the reason, and nothing of it runs.
+        ``updates=True``: the handle's updates also say when each node starts."""
+        nodes = nodes_of(graph)
+        body: dict[str, Any] = {"nodes": [{**n, "payload": p.wrap_blob(n.get("payload"))}
+                                          for n in nodes]}
+        if updates:
+            body["updates"] = True
+        msg = p.Message("graph.submit", body, frm=self.name, to="queen")
+        try:
+            frames = self._encode(msg)
+        except p.ProtocolError as e:
+            raise p.LocalProtocolError(e.code, f"cannot submit the graph: {e.message}") from None
+        names = [str(n.get("name")) for n in nodes if isinstance(n, dict)]
+        h = GraphHandle(msg.id, names, self.cancel_graph, self.pump)
+        self._graphs.add(h)
+        self.call_soon(self._cs.submit_graph, msg.id, frames, time.monotonic())
+        if not self.threaded:
+            self._flush(time.monotonic())
+        return h
+
+    def graph_status(self, graph_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """A graph's state and each node's, as the queen (or its journal) has them."""
+        return self._request("graph.status", {"graph": graph_id}, timeout)
+
+    def cancel_graph(self, graph_id: str) -> None:
+        """Cancel a graph: its pending nodes at once, its running ones best effort."""
+        self.send_message(p.Message("graph.cancel", {"graph": graph_id}, to="queen"))
+
+    # -- I/O thread: the queen's messages -------------------------------------------------
 
     def _on_submitted(self, msg: p.Message) -> None:
         fut = self._tasks.get(msg.b["task"])
         if fut is not None:
             fut.acknowledged = True
 
-    def _on_progress(self, msg: p.Message) -> None:
-        b = msg.b
-        fut = self._tasks.get(b.get("task", ""))
-        seq = b.get("seq", 0)
-        if fut is None and self._graphs:
-            self._graph_task(b, "task.progress")
-        if fut is None or seq <= fut.last_seq:
-            return
-        fut.last_seq = seq
-        u = Update("progress", seq, fraction=b.get("fraction"), note=b.get("note"))
-        fut._updates.put(u)
-        if self.on_update is not None:
-            self._callback(fut, u)
+    def _task_message(self, kind: str, b: dict[str, Any]) -> None:
+        """A task's progress, question, partial or final result."""
+        if self._cs.update(kind, b):
+            self._do(self._cs.take())
+        elif str(b.get("task", ""))[:3] == "tg:":
+            self._graphs.on_task(b, kind)
 
-    def _callback(self, fut: TaskFuture, u: Update) -> None:
-        """Call the user's on_progress; its exception is logged and reported on the task's
-        updates, and never reaches (or stops) the I/O thread."""
-        assert self.on_update is not None
-        try:
-            self.on_update(fut.task_id, u)
-        except Exception as e:
-            log.exception("%s: on_progress callback failed for task %s", self.name,
-                          fut.task_id)
-            fut._updates.put(Update("callback-error", u.seq,
-                                    note=f"on_progress raised {type(e).__name__}: {e}"))
+    def _on_progress(self, msg: p.Message) -> None:
+        self._task_message("task.progress", msg.b)
+
+    def _on_ask(self, msg: p.Message) -> None:
+        self._task_message("task.ask", msg.b)
+
+    def _on_result(self, msg: p.Message) -> None:
+        self._task_message("task.result", msg.b)
 
     def _on_batch(self, msg: p.Message) -> None:
         for item in msg.b["results"]:
             if isinstance(item, dict):
-                self._result(item)
+                self._task_message("task.result", item)
 
-    def _on_result(self, msg: p.Message) -> None:
-        self._result(msg.b)
+    def _on_update(self, msg: p.Message) -> None:
+        b = msg.b
+        for att in list(self._attached.get(b["task"], ())):
+            feed(att, b["kind"], b["body"])
+            if att.done():
+                self._detach(att)
 
-    def _result(self, b: dict[str, Any]) -> None:
-        fut = self._tasks.get(b.get("task", ""))
-        seq = b.get("seq", 0)
-        if fut is None and self._graphs:
-            self._graph_task(b, "task.result")
-        if fut is None or seq <= fut.last_seq:
-            return  # exactly once: a repeat of something already seen is dropped
-        fut.last_seq = seq
-        if b.get("partial"):
-            u = Update("partial", seq, value=p.unwrap_blob(b.get("value")))
-            fut._updates.put(u)
-            if self.on_update is not None:
-                self._callback(fut, u)
-            return
-        if b.get("state") != "completed":
-            self._fail_task(fut, from_error_body(b.get("error") or {}))
-            return
-        self._end(fut)
-        if not fut.done():
-            fut.set_result(p.unwrap_blob(b.get("result")))
+    def _on_graph_result(self, msg: p.Message) -> None:
+        self._cs.graph_ended(msg.b["graph"])
+        self._graphs.on_result(msg)
 
     def _on_reply(self, msg: p.Message) -> None:
         fut = self._requests.get(msg.ref or "")
         if fut is not None and not fut.done():
             fut.set_result(msg.b)
 
-    def _back_off(self, fut: TaskFuture, err: dict[str, Any]) -> bool:
-        """A refusal that time cures (rate-limited; queue-full if asked to): send the
-        submission again after the queen's ``retry_after`` (jittered), pausing the
-        others meanwhile. False once ``submit_timeout`` has passed, or for other errors."""
-        code = err.get("code")
-        if code != Code.RATE_LIMITED and not (code == Code.QUEUE_FULL and self.retry_queue_full):
-            return False
-        now = time.monotonic()
-        if now - fut._submitted >= self.submit_timeout:
-            if code == Code.RATE_LIMITED:
-                err = {**err, "message": f"the queen refused the submission as too fast for "
-                       f"{self.submit_timeout:g} s: {err.get('message', '')}"}
-                fail(fut, from_error_body(err))
-            return False
-        fut._refusals += 1
-        after = err.get("retry_after")
-        if not isinstance(after, int | float) or after <= 0:
-            after = min(2.0, 0.05 * 2 ** min(fut._refusals, 6))
-        # Space the refused submissions out at about the pace the queen names (one per
-        # retry_after), rather than send them all again together to be refused again.
-        delay = max(float(after), 0.001) * (1 + len(self._retry)) * random.uniform(1.0, 1.25)
-        heapq.heappush(self._retry, (now + delay, fut.task_id))
-        self._hold_until = max(self._hold_until, now + delay)
-        return True
-
     def _on_inbox(self, msg: p.Message) -> None:
         self.inbox.put(msg)
 
     def _on_remote_error(self, msg: p.Message) -> None:
         ref = msg.ref or ""
-        fut = self._tasks.get(ref)
-        if fut is not None:
-            if not self._back_off(fut, msg.b):
-                self._fail_task(fut, from_error_body(msg.b))
+        about = self._cs.error(ref or None, dict(msg.b), time.monotonic())
+        self._do(self._cs.take())
+        if about == "task":
             return
-        rf = self._requests.get(ref)
-        if rf is not None and not rf.done():
-            fail(rf, from_error_body(msg.b))
+        if about == "request":
+            rf = self._requests.get(ref)
+            if rf is not None and not rf.done():
+                fail(rf, from_error_body(msg.b))
             return
-        if self._graphs and self._graph_error(ref, from_error_body(msg.b)):
+        if about == "graph" and self._graphs.on_error(ref, from_error_body(msg.b)):
             return
         self.refusals.append(msg)  # e.g. a drain refused as forbidden: for the CLI to tell
         super()._on_remote_error(msg)

@@ -11,16 +11,13 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.core.memory import RESYNC, MemoryReplica, check_key
-from meshant.errors import MeshantError
+from meshant.core.memory import RESYNC, MemoryError_, MemoryReplica, check_key
+from meshant.errors import BadInput, MeshantError, Timeout, from_error_body
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import MEM_TOPIC
-
-if TYPE_CHECKING:
-    from meshant.actors._peer import Peer
 
 log = logging.getLogger("meshant.memory")
 
@@ -28,10 +25,29 @@ ChangeCallback = Callable[[str, Any, bool], Any]
 FIRST_READ_WAIT = 5.0
 
 
+class Link(Protocol):
+    """What the memory needs of its peer (:class:`meshant.actors._peer.Peer`)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def pump(self) -> Callable[[Callable[[], bool], float | None], None] | None:
+        """A direct client's: drives the socket in the caller's thread (else None)."""
+
+    def in_io_thread(self) -> bool: ...
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def send_message(self, msg: p.Message) -> None: ...
+
+    def listen(self, topic: bytes) -> None: ...
+
+
 class Memory:
     """A consistent key-value map shared by the whole colony."""
 
-    def __init__(self, peer: Peer) -> None:
+    def __init__(self, peer: Link) -> None:
         self._peer = peer
         self._replica = MemoryReplica()
         self._cond = threading.Condition()
@@ -57,7 +73,7 @@ class Memory:
         # The first read waits (briefly) for the snapshot, so it does not see an empty map.
         if not self._enabled:
             self._enable()
-            if self._peer.connected and threading.get_ident() != self._peer._io_ident:
+            if self._peer.connected and not self._peer.in_io_thread():
                 try:
                     self._wait(lambda: self._replica.synced, FIRST_READ_WAIT, "a snapshot")
                 except MeshantError:
@@ -111,8 +127,7 @@ class Memory:
             self._peer.call_soon(self._start)
 
     def _start(self) -> None:
-
-        self._peer._subscribe(MEM_TOPIC)
+        self._peer.listen(MEM_TOPIC)
         if self._peer.connected:
             self._request_snapshot()
 
@@ -120,8 +135,7 @@ class Memory:
         self._peer.send_message(p.Message("mem.sync", {"op": "snapshot"}, to="queen"))
 
     def _write(self, body: dict[str, Any], timeout: float) -> int:
-        if threading.get_ident() == self._peer._io_ident and getattr(
-                self._peer, "_pump", None) is None:
+        if self._peer.in_io_thread() and self._peer.pump is None:
             raise RuntimeError("memory writes wait for the queen, so they cannot run in the "
                                "I/O thread (an inline handler or a callback): use a normal "
                                "handler")
@@ -140,7 +154,7 @@ class Memory:
         return seq
 
     def _wait(self, pred: Callable[[], bool], timeout: float, what: str) -> None:
-        pump = getattr(self._peer, "_pump", None)
+        pump = self._peer.pump
         try:
             if pump is not None:
                 pump(pred, timeout)
@@ -150,7 +164,7 @@ class Memory:
                     return
         except TimeoutError:
             pass
-        raise MeshantError(f"timed out after {timeout:g} s waiting for {what}", code=Code.TIMEOUT)
+        raise Timeout(f"timed out after {timeout:g} s waiting for {what}", code=Code.TIMEOUT)
 
     # -- called in the I/O thread ---------------------------------------------------------
 
@@ -172,6 +186,8 @@ class Memory:
             self._fire(r)  # type: ignore[arg-type]
 
     def on_queen_seq(self, seq: int) -> None:
+        if not self._enabled:
+            return
         with self._cond:
             behind = self._replica.behind(seq)
         if behind:
@@ -202,7 +218,7 @@ class Memory:
         if fut is None:
             return False
         if not fut.done():
-            fut.set_exception(MeshantError(msg.b["message"], code=msg.b["code"]))
+            fut.set_exception(from_error_body(msg.b))
             with self._cond:
                 self._cond.notify_all()
         return True
@@ -219,8 +235,8 @@ class Memory:
 def check_key_or_raise(key: object) -> None:
     try:
         check_key(key)
-    except Exception as e:
-        raise ValueError(str(e)) from None
+    except MemoryError_ as e:
+        raise BadInput(e.message, code=e.code) from None
 
 
 _MISSING = object()

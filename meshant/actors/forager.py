@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar
 
 import zmq
 
@@ -28,7 +28,9 @@ from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.actors.workers import Workers
-from meshant.errors import MeshantError, from_error_body
+from meshant.core import forager_session as fs_
+from meshant.core.forager_session import RESENT_MAX, ForagerSession
+from meshant.errors import ConfigError, Timeout, from_error_body
 from meshant.observe import tracing
 from meshant.protocol.codes import Code
 
@@ -37,10 +39,6 @@ log = logging.getLogger("meshant.forager")
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# A task that finishes within this long sends only its result, which implies acceptance:
-# one message fewer per short task. Longer tasks send task.accept once it has passed.
-ACCEPT_DELAY = 0.002
-RESENT_MAX = 10_000
 
 
 def _call_logged(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -51,7 +49,11 @@ def _call_logged(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
 
 
 class Forager(Peer):
-    """A worker agent. ``slots`` tasks run at once; handlers are sync or ``async def``."""
+    """A worker agent. ``slots`` tasks run at once; handlers are sync or ``async def``.
+
+    What it runs and what it tells the queen is decided by a sans-IO
+    :class:`~meshant.core.forager_session.ForagerSession`; this class runs the handlers
+    in threads and carries out what the session says."""
 
     role = "forager"
 
@@ -69,27 +71,19 @@ class Forager(Peer):
         c = self.config = settle(ForagerConfig, config, settings)
         super().__init__(queen, c.name, context, c.colony, c.discover, c.curve_secret,
                          c.queen_key, c.follow_leader)
-        slots, labels = c.slots, c.labels
-        if slots < 1:
-            raise ValueError("slots must be at least 1")
-        self.slots = slots
-        self.labels = dict(labels or {})
+        if c.slots < 1:
+            raise ConfigError("slots must be at least 1")
+        self.slots = c.slots
+        self.labels = dict(c.labels or {})
         self.handlers: dict[str, Handler] = {}
+        # The handlers' contexts of the tasks running now, by assign id.
         self.running: dict[str, TaskContext] = {}
-        self.draining = False
-        self._orphaned_since: float | None = None  # draining, with results and no queen
+        self._fs: ForagerSession | None = None
         self._pool: Workers | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
         self._message_callbacks: list[Callable[[p.Message], Any]] = []
-        self._accepts: dict[str, float] = {}
-        # Final results sent lately, (when, message or batch item): a connection that dies
-        # takes what it had not delivered with it, so these go again after a reconnect
-        # (the queen drops any it already had). Kept for as long as it takes to notice a
-        # dead queen, and at most RESENT_MAX of them.
-        self._sent: deque[tuple[float, Any]] = deque()
-        self._orphans: set[str] = set()
         self._handlers.update({
             "task.assign": self._on_assign,
             "task.assigns": self._on_assigns,
@@ -127,9 +121,9 @@ class Forager(Peer):
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
         if batch is not None and batch < 1:
-            raise ValueError("batch must be at least 1")
+            raise ConfigError("batch must be at least 1")
         if inline and (batch is not None or inspect.iscoroutinefunction(fn)):
-            raise ValueError("inline handlers are plain functions without batch")
+            raise ConfigError("inline handlers are plain functions without batch")
         self.handlers[capability] = Handler.of(fn, batch, inline)
 
     def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -156,18 +150,26 @@ class Forager(Peer):
 
     # -- running --------------------------------------------------------------------------
 
+    def _begin(self) -> None:
+        if not self.handlers:
+            raise ConfigError("no handlers: register one with @forager.task(capability)")
+        self._fs = ForagerSession(list(self.handlers), self.slots, self.labels,
+                                  serves=self.handlers)
+        self._pool = Workers(self.slots, f"meshant-{self.name}")
+
     def start(self, timeout: float | None = 10.0) -> Forager:
         """Run in a background thread; returns once the queen welcomed this forager."""
-        if not self.handlers:
-            raise RuntimeError("no handlers: register one with @forager.task(capability)")
-        self._pool = Workers(self.slots, f"meshant-{self.name}")
+        self._begin()
         self._start_io(timeout)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop: running tasks are told to cancel and the queen is told we are leaving."""
-        for ctx in list(self.running.values()):
-            ctx.cancel()
+        if self._fs is not None and self._thread is not None and self._thread.is_alive():
+            self.call_soon(self._stop_all)
+        else:
+            for ctx in list(self.running.values()):
+                ctx.cancel()
         self.close(timeout)
         if self._pool is not None:
             self._pool.shutdown()
@@ -179,6 +181,11 @@ class Forager(Peer):
             if not t.is_alive():
                 loop.close()
 
+    def _stop_all(self) -> None:
+        assert self._fs is not None
+        self._fs.stop_all()
+        self._do(self._fs.take())
+
     def run(self, *, install_signals: bool = True, drain_timeout: float = 600.0) -> None:
         """Serve until stopped; waits for the queen if it is not up yet.
 
@@ -186,13 +193,12 @@ class Forager(Peer):
         ``drain_timeout`` seconds); SIGINT, or a second signal, stops at once and hands
         the running tasks back to the queen.
         """
-        if not self.handlers:
-            raise RuntimeError("no handlers: register one with @forager.task(capability)")
         restore: dict[int, Any] = {}
         drain_deadline: list[float] = []
+        self._begin()
 
         def on_signal(sig: int, _frame: Any) -> None:
-            if sig == signal.SIGTERM and not self.draining:
+            if sig == signal.SIGTERM and not drain_deadline:
                 drain_deadline.append(time.monotonic() + drain_timeout)
                 self.drain()
             else:
@@ -202,7 +208,6 @@ class Forager(Peer):
             for sig in (signal.SIGINT, signal.SIGTERM):
                 restore[sig] = signal.signal(sig, on_signal)
         try:
-            self._pool = Workers(self.slots, f"meshant-{self.name}")
             self._start_io(None)
             while not self._stopping.wait(0.2):
                 if drain_deadline and time.monotonic() > drain_deadline[0]:
@@ -227,178 +232,113 @@ class Forager(Peer):
     def tools(self) -> list[str]:
         return sorted(self.handlers)
 
-    # -- I/O thread -----------------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        """True once the forager drains (finishes its tasks, takes no new ones)."""
+        return self._fs is not None and self._fs.draining
+
+    # -- I/O thread: the session's side ---------------------------------------------------
+
+    def _fsess(self) -> ForagerSession:
+        assert self._fs is not None
+        return self._fs
 
     def _hello_body(self) -> dict[str, Any]:
         body = super()._hello_body()
-        # Tasks still running, and finished ones whose results wait to be sent: a queen
-        # that knows them adopts them instead of running them again.
-        running = list(self.running) + [
-            m.ref for m in list(self._outbox)
-            if isinstance(m, p.Message) and m.kind == "task.result" and m.ref]
-        body.update(slots=self.slots, tools=self.tools, labels=self.labels, running=running)
+        body.update(self._fsess().hello_fields())
         return body
 
     def _hb_body(self) -> dict[str, Any]:
-        body = {"slots": self.slots, "in_flight": len(self.running),
-                "running": list(self.running), "tools": self.tools}
-        if self.draining:
-            body["state"] = "draining"
-        return body
-
-    def _next_timer(self) -> float:
-        t = super()._next_timer()
-        if self._accepts:
-            t = min(t, min(self._accepts.values()))
-        return t
-
-    def _on_timers(self, now: float) -> None:
-        sent = self._sent
-        mon = self._sess.monitor
-        patience = mon.timeout if mon is not None else 5 * self._sess.hb_interval
-        if sent:
-            keep = patience + 2.0
-            while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
-                sent.popleft()
-        if self.draining and not self.running:
-            if not self._outbox:
-                self._stopping.set()  # drained: leave (the queen is told on the way out)
-            elif self._welcomed.is_set():
-                self._orphaned_since = None
-            elif self._orphaned_since is None:
-                self._orphaned_since = now
-            elif now - self._orphaned_since > patience:
-                # Results wait for a queen that is gone (its farewell, or silence): wait
-                # a heartbeat timeout for it to come back, not the whole drain timeout.
-                # A queen that returns later holds those tasks and runs them again.
-                log.warning("%s: leaving with %d messages unsent: the queen is gone",
-                            self.name, len(self._outbox))
-                self._stopping.set()
-        if self._accepts:
-            due = [ref for ref, t in self._accepts.items() if t <= now]
-            for ref in due:
-                del self._accepts[ref]
-                self._send_now(p.Message("task.accept", None, ref=ref, to="queen"))
+        return self._fsess().hb_body()
 
     def _busy(self) -> bool:
         # The heartbeat lists running tasks and renews their leases, so while tasks run it
         # goes out every interval even when other messages keep the socket busy.
-        return bool(self.running)
+        return self._fsess().busy
 
-    def _flush(self, queued: deque[p.Message | list[bytes]]) -> None:
-        outbox = cast("deque[p.Message]", queued)  # a forager queues messages, never frames
-        accepts = self._accepts
-        if accepts:
-            # Anything sent about a task implies it was accepted.
-            for msg in outbox:
-                if msg.ref in accepts:
-                    del accepts[msg.ref]
-        if "batch" in self.features and len(outbox) > 1:
-            results: list[dict[str, Any]] = []
-            while outbox:
-                msg = outbox.popleft()
-                if msg.kind == "task.result" and not msg.b.get("partial"):
-                    results.append({**msg.b, "ref": msg.ref})
-                    continue
-                if results:
-                    self._send_results(results)
-                    results = []
-                self._send_checked(msg)
-            if results:
-                self._send_results(results)
-            return
-        while outbox:
-            self._send_checked(outbox.popleft())
+    def _next_timer(self) -> float:
+        return self._fsess().next_deadline()
 
-    def _send_results(self, results: list[dict[str, Any]]) -> None:
-        if len(results) == 1:
-            r = results[0]
-            ref = r.pop("ref")
-            self._send_checked(p.Message("task.result", r, ref=ref, to="queen"))
-        else:
-            self._send_checked(p.Message("task.batch", {"results": results}, to="queen"))
+    def _patience(self) -> float:
+        mon = self._sess.monitor
+        return mon.timeout if mon is not None else 5 * self._sess.hb_interval
+
+    def _on_timers(self, now: float) -> None:
+        fs = self._fsess()
+        fs.tick(now, self._patience(), self._welcomed.is_set())
+        self._do(fs.take())
+
+    def _queue(self, item: p.Message | list[bytes]) -> None:
+        assert isinstance(item, p.Message), "a forager sends messages"
+        self._fsess().send(item)
+
+    def _outgoing(self, now: float) -> list[p.Message | list[bytes]]:
+        fs = self._fsess()
+        fs.features = self._sess.features
+        return list(fs.flush(now))
+
+    def _unsent(self, items: list[p.Message | list[bytes]]) -> None:
+        self._fsess().unsent([m for m in items if isinstance(m, p.Message)])
+
+    def _pending(self) -> bool:
+        return bool(self._fs is not None and self._fs.outbox)
+
+    def _sent(self, item: p.Message | list[bytes], now: float) -> None:
+        if isinstance(item, p.Message):
+            self._fsess().sent(item, now)
+
+    def _unencodable(self, item: p.Message | list[bytes], e: p.ProtocolError) -> None:
+        if isinstance(item, p.Message):
+            line = self._fsess().unencodable(item, e.code, e.message)
+            if line is not None:
+                log.warning("%s: %s", self.name, line)
 
     def _queen_lost(self, now: float, why: str) -> None:
-        # Results sent lately may have died with the old connection: they go first on
-        # the new one (and the hello lists them, so a restarted queen adopts their tasks).
-        again: list[p.Message] = []
-        for _, item in self._sent:
-            if isinstance(item, p.Message):
-                again.append(item)
-            else:
-                body = {k: v for k, v in item.items() if k != "ref"}
-                again.append(p.Message("task.result", body, ref=item["ref"], to="queen"))
-        self._sent.clear()
-        self._outbox.extendleft(reversed(again))
+        self._fsess().queen_lost()
 
-    def _send_checked(self, msg: p.Message) -> None:
-        try:
-            self._send_now(msg)
-            if msg.kind == "task.batch":
-                now = time.monotonic()
-                self._sent.extend((now, r) for r in msg.b["results"])
-            elif msg.kind == "task.result" and not msg.b.get("partial"):
-                self._sent.append((time.monotonic(), msg))
-        except p.ProtocolError as e:
-            # The handler returned something msgpack cannot carry: fail the task, clearly.
-            if msg.kind == "task.batch":
-                for r in msg.b["results"]:
-                    ref = r.pop("ref")
-                    self._send_checked(p.Message("task.result", r, ref=ref, to="queen"))
-                return
-            if msg.kind != "task.result":
-                log.warning("%s: cannot send %s: %s", self.name, msg.kind, e)
-                return
-            if msg.b.get("partial"):
-                log.error("%s: dropped a partial result of %s: %s", self.name, msg.ref,
-                          e.message)
-                return
-            if e.code == Code.TOO_LARGE:
-                # A retry cannot make it smaller: the task fails for good, at once.
-                error = {"type": "TooLarge", "code": Code.TOO_LARGE,
-                         "message": f"result of {e.message}"}
-            else:
-                error = {"type": "EncodeError",
-                         "message": f"result cannot be encoded: {e.message}"}
-            self._send_now(p.Message("task.result", {"status": "error", "error": error},
-                                     ref=msg.ref, to="queen"))
+    def _after_welcome(self, first: bool) -> None:
+        self._fsess().welcomed(first)
 
-    def _on_assigns(self, msg: p.Message) -> None:
-        for body in msg.b["assigns"]:
-            if isinstance(body, dict) and isinstance(body.get("id"), str):
-                self._assign(body["id"], body, body.get("traceparent"))
-            else:
-                log.warning("%s: malformed entry in task.assigns", self.name)
+    def _do(self, actions: list[fs_.Action]) -> None:
+        """Carry out what the forager session decided."""
+        for a in actions:
+            match a:
+                case fs_.Start():
+                    self._start_run(a)
+                case fs_.Stop(ref=ref):
+                    ctx = self.running.get(ref)
+                    if ctx is not None:
+                        ctx.cancel()
+                        if ctx._future is not None:
+                            ctx._future.cancel()
+                case fs_.Answered(ref=ref, request=request, value=value):
+                    ctx = self.running.get(ref)
+                    if ctx is not None:
+                        ctx.answered(request, value)
+                case fs_.Reply(ref=ref, body=body, error=error):
+                    self._replied(ref, body, error)
+                case fs_.Leave(warning=warning):
+                    if warning is not None:
+                        log.warning("%s: %s", self.name, warning)
+                    self._stopping.set()
 
-    def _on_assign(self, msg: p.Message) -> None:
-        self._assign(msg.id, msg.b, msg.extra.get(tracing.TRACEPARENT) if msg.extra else None)
-
-    def _assign(self, ref: str, body: dict[str, Any], trace: Any = None) -> None:
-        cap = body.get("capability") or body.get("node") or ""
-        h = self.handlers.get(cap)
-        if h is None or self.draining:
-            reason = "draining" if self.draining else (
-                f"no handler for capability {cap!r} (this forager serves "
-                f"{', '.join(self.tools)})")
-            self._send_now(p.Message("task.reject", {"reason": reason}, ref=ref, to="queen"))
-            return
-        timeout = body.get("timeout")
-        deadline = time.monotonic() + timeout if isinstance(timeout, int | float) else None
-        ctx = TaskContext(self, ref, str(body.get("task", ref)), int(body.get("attempt", 1)),
-                          cap, deadline)
-        self.running[ref] = ctx
-        self._accepts[ref] = time.monotonic() + ACCEPT_DELAY
-        payload = p.unwrap_blob(body.get("payload"))
-        if isinstance(trace, str) and h.batch is None:
+    def _start_run(self, a: fs_.Start) -> None:
+        h = self.handlers[a.capability]
+        deadline = time.monotonic() + a.timeout if a.timeout is not None else None
+        ctx = TaskContext(self, a.ref, a.task_id, a.attempt, a.capability, deadline)
+        ctx._run = a.run
+        self.running[a.ref] = ctx
+        payload = a.payload
+        if a.trace is not None and h.batch is None:
             # The handler's span is the child of the queen's scheduling span (meshant[otel]).
-            h = dataclasses.replace(h, fn=tracing.traced(h.fn, trace, {
-                "meshant.task": ctx.task_id, "meshant.capability": cap,
+            h = dataclasses.replace(h, fn=tracing.traced(h.fn, a.trace, {
+                "meshant.task": ctx.task_id, "meshant.capability": a.capability,
                 "meshant.attempt": ctx.attempt}, h.is_async))
         if h.inline:
             self._run_one(h, payload, ctx)
         elif h.batch is not None:
-            self._batches.setdefault(cap, deque()).append((payload, ctx))
-            self._submit(self._run_batch, h, cap)
+            self._batches.setdefault(a.capability, deque()).append((payload, ctx))
+            self._submit(self._run_batch, h, a.capability)
         elif h.is_async:
             ctx._future = asyncio.run_coroutine_threadsafe(self._run_async(h, payload, ctx),
                                                            self._async_loop())
@@ -412,38 +352,41 @@ class Forager(Peer):
         except RuntimeError:
             pass  # pool shut down: we are stopping, and the queen will reissue
 
+    # -- I/O thread: the queen's messages --------------------------------------------------
+
+    def _on_assigns(self, msg: p.Message) -> None:
+        fs = self._fsess()
+        for bad in fs.assigns(msg.b["assigns"], time.monotonic()):
+            log.warning("%s: malformed entry in task.assigns: %s", self.name, bad)
+        self._do(fs.take())
+
+    def _on_assign(self, msg: p.Message) -> None:
+        fs = self._fsess()
+        fs.assign(msg.id, msg.b, msg.extra.get(tracing.TRACEPARENT) if msg.extra else None,
+                  time.monotonic())
+        self._do(fs.take())
+
     def _on_cancel(self, msg: p.Message) -> None:
-        ctx = self.running.get(msg.ref or "")
-        if ctx is None:
-            return
-        ctx.cancel()
-        if ctx._future is not None:
-            ctx._future.cancel()
+        fs = self._fsess()
+        fs.cancel(msg.ref)
+        self._do(fs.take())
 
     def _on_answer(self, msg: p.Message) -> None:
-        ctx = self.running.get(msg.ref or "")
-        request = msg.b.get("request")
-        if ctx is not None and isinstance(request, str):
-            ctx.answered(request, msg.b.get("value"))
-
-    def _after_welcome(self, first: bool) -> None:
-        # Questions still waiting go again: the queen answers one it holds the answer
-        # to (the answer was lost with a connection), or keeps waiting.
-        for ctx in list(self.running.values()):
-            for m in ctx.pending_asks():
-                self.send_message(m)
+        fs = self._fsess()
+        fs.answer(msg.ref, msg.b.get("request"), msg.b.get("value"))
+        self._do(fs.take())
 
     def drain(self) -> None:
         """Finish the running tasks, accept nothing new, then leave (safe from any thread)."""
         self.call_soon(self._start_drain)
 
     def _start_drain(self) -> None:
-        if not self.draining:
-            self.draining = True
-            log.info("%s: draining (%d tasks running)", self.name, len(self.running))
+        fs = self._fsess()
+        if fs.drain():
+            log.info("%s: draining (%d tasks running)", self.name, len(fs.running))
             if self._welcomed.is_set():
                 # Tell the queen now, so it assigns nothing more meanwhile.
-                self._send_now(p.Message("hb", self._hb_body(), to="queen"))
+                self._send_now(p.Message("hb", fs.hb_body(), to="queen"))
 
     def _on_drain(self, msg: p.Message) -> None:
         self._start_drain()
@@ -457,39 +400,33 @@ class Forager(Peer):
         self._replies[msg_id] = fut
         while len(self._replies) > RESENT_MAX:
             fail(self._replies.popitem(last=False)[1],
-                 MeshantError("no answer from the queen", code=Code.TIMEOUT))
+                 Timeout("no answer from the queen", code=Code.TIMEOUT))
 
     def _on_reply(self, msg: p.Message) -> None:
-        fut = self._replies.pop(msg.ref or "", None)
-        if fut is not None and not fut.done():
-            fut.set_result(msg.b.get("nodes", msg.b))
+        fs = self._fsess()
+        fs.reply(msg.ref, msg.b)
+        self._do(fs.take())
+
+    def _replied(self, ref: str, body: dict[str, Any], error: dict[str, Any] | None) -> None:
+        fut = self._replies.pop(ref, None)
+        if error is None:
+            if fut is not None and not fut.done():
+                fut.set_result(body.get("nodes", body))
+            return
+        err = from_error_body(error)
+        if fut is not None:
+            fail(fut, err)
+            return
+        for ctx in list(self.running.values()):
+            if ctx.refused(ref, err):
+                return  # a refused question: its ctx.ask raises the error
 
     def _on_remote_error(self, msg: p.Message) -> None:
-        if msg.ref and any(ctx.refused(msg.ref, from_error_body(msg.b))
-                           for ctx in list(self.running.values())):
-            return  # a refused question: its ctx.ask raises the error
-        fut = self._replies.pop(msg.ref or "", None)
-        if fut is not None:
-            fail(fut, from_error_body(msg.b))
-            return
-        assign = msg.b.get("assign")
-        if msg.b.get("code") == Code.UNKNOWN_TASK and isinstance(assign, str):
-            ctx = self.running.get(assign)
-            if assign in self._orphans:
-                return  # said once already
-            self._orphans.add(assign)
-            if len(self._orphans) > RESENT_MAX:
-                self._orphans.clear()
-            if ctx is not None:
-                # The queen no longer knows this assignment (it restarted without it): the
-                # work has no one to go to. Stop it as if cancelled, and say so once.
-                log.warning("%s: the queen does not know task %s (assign %s) any more; "
-                            "stopping its handler", self.name, ctx.task_id, assign)
-                ctx.cancel()
-                if ctx._future is not None:
-                    ctx._future.cancel()
-            return
-        super()._on_remote_error(msg)
+        fs = self._fsess()
+        line = fs.error(msg.ref, msg.b)
+        self._do(fs.take())
+        if line is not None:
+            log.warning("%s: %s", self.name, line)
 
     def _on_peer_message(self, msg: p.Message) -> None:
         for cb in self._message_callbacks:
@@ -501,15 +438,14 @@ class Forager(Peer):
     # -- worker threads -------------------------------------------------------------------
 
     def _done(self, ctx: TaskContext, body: dict[str, Any]) -> None:
-        if self.running.get(ctx.ref) is not ctx:
-            # A run the queen told us to stop after it restarted without it, whose id a
-            # new assignment (the client re-sent the task) reuses: that one is tracked
-            # now, and this run's outcome belongs to nobody.
-            return
-        if ctx._cancelled:
-            body = {"status": "cancelled"}
-        self.running.pop(ctx.ref, None)
-        self.send_message(p.Message("task.result", body, ref=ctx.ref, to="queen"))
+        """A handler ended (any thread): its outcome goes to the session, in order after
+        what the handler sent while it ran."""
+        self.call_soon(self._finished, ctx, body)
+
+    def _finished(self, ctx: TaskContext, body: dict[str, Any]) -> None:
+        if self._fsess().finished(ctx.ref, ctx._run, body) and (
+                self.running.get(ctx.ref) is ctx):
+            del self.running[ctx.ref]
 
     def _run_one(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
         try:

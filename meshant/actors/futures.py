@@ -9,6 +9,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from meshant.errors import Timeout
+
 
 @dataclass(frozen=True, slots=True)
 class Update:
@@ -28,18 +30,13 @@ class Update:
 class TaskFuture(Future):  # type: ignore[type-arg]
     """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
 
-    def __init__(self, task_id: str, frames: list[bytes] | None = None,
+    def __init__(self, task_id: str,
                  pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
         super().__init__()
         self.task_id = task_id
         self.acknowledged = False
         self.last_seq = 0
-        # The submission as sent, kept until the task ends: re-sent with the same id
-        # after a reconnect, so nothing the caller submitted is lost with a connection.
-        self._frames = frames
-        self._size = sum(len(f) for f in frames) if frames else 0
-        self._submitted = 0.0
-        self._refusals = 0
+        self._size = 0  # bytes of its submission the client keeps (for re-sending)
         self._pump = pump
         self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
 
@@ -48,13 +45,24 @@ class TaskFuture(Future):  # type: ignore[type-arg]
             # A direct client: this thread reads the socket until the result is here.
             self._pump(self.done, timeout)
             timeout = 0
-        return super().result(timeout)
+        try:
+            return super().result(timeout)
+        except TimeoutError as e:
+            if isinstance(e, Timeout):
+                raise
+            raise Timeout(f"task {self.task_id} did not finish within {timeout:g} s "
+                          "(it goes on: wait again, or cancel it)") from None
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._pump is not None and not self.done():
             self._pump(self.done, timeout)
             timeout = 0
-        return super().exception(timeout)
+        try:
+            return super().exception(timeout)
+        except TimeoutError as e:
+            if isinstance(e, Timeout):
+                raise
+            raise Timeout(f"task {self.task_id} did not finish within {timeout:g} s") from None
 
     def updates(self, timeout: float | None = None) -> Iterator[Update]:
         """Yield progress reports and partial results until the task ends.
@@ -74,7 +82,7 @@ def drain_updates(updates: queue.SimpleQueue[Any], pump: Any, timeout: float | N
         try:
             u = updates.get(timeout=timeout if pump is None else 0)
         except queue.Empty:
-            raise TimeoutError(f"no update for {what} within {timeout} s") from None
+            raise Timeout(f"no update for {what} within {timeout} s") from None
         if u is None:
             return
         yield u

@@ -15,12 +15,12 @@ import queue
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from meshant import protocol as p
 from meshant.actors.futures import TaskFuture, drain_updates, fail
 from meshant.core.graph import GraphError, normalize
-from meshant.errors import GraphFailed, MeshantError, from_error_body
+from meshant.errors import BadInput, GraphFailed, MeshantError, from_error_body
 
 NodeDoc = dict[str, Any]
 
@@ -77,7 +77,7 @@ def nodes_of(graph: Any) -> list[NodeDoc]:
     try:
         return normalize(graph)
     except GraphError as e:
-        raise ValueError(e.message) from None
+        raise BadInput(e.message, code=e.code) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +98,12 @@ class GraphHandle:
     """A submitted graph. ``nodes[name]`` is a future per node (spawned ones appear when
     they report); ``result()`` the dict of node results; ``updates()`` what happens."""
 
-    def __init__(self, graph_id: str, names: list[str], frames: list[bytes],
-                 cancel: Callable[[str], None],
+    def __init__(self, graph_id: str, names: list[str], cancel: Callable[[str], None],
                  pump: Callable[[Callable[[], bool], float | None], None] | None) -> None:
         self.id = graph_id
-        self._frames: list[bytes] | None = frames
         self._cancel = cancel
         self._pump = pump
-        self.nodes: dict[str, TaskFuture] = {n: TaskFuture(f"tg:{graph_id}/{n}", None, pump)
+        self.nodes: dict[str, TaskFuture] = {n: TaskFuture(f"tg:{graph_id}/{n}", pump)
                                              for n in names}
         self.submitted: Future[int] = Future()
         self.done: Future[dict[str, Any]] = Future()
@@ -136,7 +134,7 @@ class GraphHandle:
     def _node(self, name: str) -> TaskFuture:
         fut = self.nodes.get(name)
         if fut is None:
-            fut = self.nodes[name] = TaskFuture(f"tg:{self.id}/{name}", None, self._pump)
+            fut = self.nodes[name] = TaskFuture(f"tg:{self.id}/{name}", self._pump)
         return fut
 
     def on_task(self, name: str, b: dict[str, Any], kind: str) -> None:
@@ -174,7 +172,6 @@ class GraphHandle:
             self._updates.put(GraphUpdate("finished", name, state, error=err))
 
     def on_end(self, b: dict[str, Any]) -> None:
-        self._frames = None
         self.state = b.get("state")
         results: dict[str, Any] = {}
         errors: dict[str, MeshantError] = {}
@@ -200,7 +197,6 @@ class GraphHandle:
 
     def on_error(self, err: MeshantError) -> None:
         """The queen refused the graph (nothing of it ran), or the client gave up."""
-        self._frames = None
         fail(self.submitted, err)
         fail(self.done, err)
         for fut in self.nodes.values():
@@ -208,96 +204,52 @@ class GraphHandle:
         self._updates.put(None)
 
 
-class GraphClient:
-    """The client's graph methods and message handlers (a part of ``Client``)."""
+class ClientGraphs:
+    """A client's submitted graphs, until each ends: the handles, fed from the I/O
+    thread with what the queen sends about them."""
 
-    if TYPE_CHECKING:
-        name: str
-        _pump: Callable[[Callable[[], bool], float | None], None] | None
-        _handlers: dict[str, Callable[[p.Message], object]]
+    def __init__(self) -> None:
+        self.handles: dict[str, GraphHandle] = {}
 
-        def send_message(self, msg: p.Message | list[bytes]) -> None: ...
-        def _encode(self, msg: p.Message) -> list[bytes]: ...
-        def _request(self, kind: str, body: dict[str, Any] | None,
-                     timeout: float) -> dict[str, Any]: ...
-        def _on_reply(self, msg: p.Message) -> None: ...
+    def add(self, h: GraphHandle) -> None:
+        self.handles[h.id] = h
 
-    def _graph_init(self) -> None:
-        self._graphs: dict[str, GraphHandle] = {}
-        self._handlers.update({"graph.submitted": self._on_graph_submitted,
-                               "graph.node": self._on_graph_node,
-                               "graph.result": self._on_graph_result,
-                               "graph.state": self._on_reply})
-
-    def submit_graph(self, graph: Any, *, updates: bool = False) -> GraphHandle:
-        """Submit a task graph (a :class:`Graph`, or the document: a map of name to node,
-        or ``{"nodes": [...]}``); returns its :class:`GraphHandle` at once. The queen
-        checks the whole graph first: a bad one fails ``handle.submitted`` (and
-        ``result()``) with the reason, and nothing of it runs. ``updates=True``: the
-        handle's updates also say when each node starts."""
-        nodes = nodes_of(graph)
-        body: dict[str, Any] = {"nodes": [{**n, "payload": p.wrap_blob(n.get("payload"))}
-                                          for n in nodes]}
-        if updates:
-            body["updates"] = True
-        msg = p.Message("graph.submit", body, frm=self.name, to="queen")
-        try:
-            frames = self._encode(msg)
-        except p.ProtocolError as e:
-            raise ValueError(f"cannot submit the graph: {e.message}") from None
-        names = [str(n.get("name")) for n in nodes if isinstance(n, dict)]
-        h = GraphHandle(msg.id, names, frames, self.cancel_graph, self._pump)
-        self._graphs[msg.id] = h
-        self.send_message(frames)
-        return h
-
-    def graph_status(self, graph_id: str, timeout: float = 5.0) -> dict[str, Any]:
-        """A graph's state and each node's, as the queen (or its journal) has them."""
-        return self._request("graph.status", {"graph": graph_id}, timeout)
-
-    def cancel_graph(self, graph_id: str) -> None:
-        """Cancel a graph: its pending nodes at once, its running ones best effort."""
-        self.send_message(p.Message("graph.cancel", {"graph": graph_id}, to="queen"))
-
-    # -- I/O thread ---------------------------------------------------------------------------
-
-    def _graph_task(self, b: dict[str, Any], kind: str) -> None:
+    def on_task(self, b: dict[str, Any], kind: str) -> None:
         """A result or progress of a graph node's task (id ``tg:<graph>/<node>``)."""
         gid, _, node = str(b.get("task", ""))[3:].rpartition("/")
-        h = self._graphs.get(gid)
+        h = self.handles.get(gid)
         if h is not None:
             h.on_task(node, b, kind)
 
-    def _on_graph_submitted(self, msg: p.Message) -> None:
-        h = self._graphs.get(msg.b["graph"])
+    def on_submitted(self, msg: p.Message) -> None:
+        h = self.handles.get(msg.b["graph"])
         if h is not None and not h.submitted.done():
             h.submitted.set_result(msg.b.get("nodes", 0))
 
-    def _on_graph_node(self, msg: p.Message) -> None:
-        h = self._graphs.get(msg.b["graph"])
+    def on_node(self, msg: p.Message) -> None:
+        h = self.handles.get(msg.b["graph"])
         if h is not None:
             h.on_node(msg.b)
 
-    def _on_graph_result(self, msg: p.Message) -> None:
-        h = self._graphs.pop(msg.b["graph"], None)
-        if h is not None:
-            h.on_end(msg.b)
+    def on_result(self, msg: p.Message) -> bool:
+        """The graph ended; False if it is not one of ours (any more)."""
+        h = self.handles.pop(msg.b["graph"], None)
+        if h is None:
+            return False
+        h.on_end(msg.b)
+        return True
 
-    def _graph_error(self, ref: str, err: MeshantError) -> bool:
-        h = self._graphs.pop(ref, None)
+    def on_error(self, ref: str, err: MeshantError) -> bool:
+        h = self.handles.pop(ref, None)
         if h is None:
             return False
         h.on_error(err)
         return True
 
-    def _graph_frames(self) -> list[list[bytes]]:
-        """The submissions of graphs not ended, to send again after a reconnect."""
-        return [h._frames for h in self._graphs.values() if h._frames is not None]
-
-    def _graphs_failed(self, err: MeshantError) -> None:
-        for h in list(self._graphs.values()):
+    def fail_all(self, err: MeshantError) -> None:
+        for h in list(self.handles.values()):
             h.on_error(err)
-        self._graphs.clear()
+        self.handles.clear()
 
 
-__all__ = ["Graph", "GraphClient", "GraphHandle", "GraphUpdate", "nodes_of", "result_of"]
+__all__ = ["ClientGraphs", "Graph", "GraphHandle", "GraphUpdate", "nodes_of", "result_of"]

@@ -30,7 +30,7 @@ class Sender(Protocol):
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_asks", "_cancelled", "_event", "_forager", "_future", "attempt",
+    __slots__ = ("_asks", "_cancelled", "_event", "_forager", "_future", "_run", "attempt",
                  "capability", "deadline", "ref", "task_id")
 
     def __init__(self, forager: Sender, ref: str, task_id: str, attempt: int,
@@ -45,6 +45,7 @@ class TaskContext:
         self._cancelled = False
         self._event: threading.Event | None = None
         self._asks: Asks | None = None  # questions asked, made on the first ask
+        self._run = 0  # which run of its assignment this is (the forager session's)
 
     @property
     def is_cancelled(self) -> bool:

@@ -22,10 +22,10 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors import _zmqio as _zio
+from meshant.actors._reads import Reads
 from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
 from meshant.core.memory import MemoryStore
-from meshant.actors._reads import Reads
 from meshant.core.queen import (
     GraphRecord,
     Publish,

@@ -27,10 +27,10 @@ from meshant.core.inbox import Inboxes, Kept
 from meshant.core.outbox import Deliver, Remember, Work
 from meshant.core.queen_state import QueenState, Request
 from meshant.core.reads import MISSING, Reads
+from meshant.core.registry import Node
 from meshant.core.scheduler import Scheduler
 from meshant.core.task_service import TaskService
 from meshant.core.tasks import ACCEPTED, ASSIGNED, INPUT_REQUIRED, Task
-from meshant.core.registry import Node
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from meshant.core.registry import Node
 
-
 QUEUED = "queued"
 ASSIGNED = "assigned"
 ACCEPTED = "accepted"

@@ -3,7 +3,7 @@
 from meshant.protocol import binary, legacy
 from meshant.protocol.codec import BINARY, JSON, decode_any, encode_for
 from meshant.protocol.codes import Code
-from meshant.protocol.errors import ProtocolError
+from meshant.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from meshant.protocol.kinds import (
     BY_CODE,
     BY_NAME,
@@ -37,10 +37,12 @@ __all__ = [
     "Code",
     "IdMaker",
     "Kind",
+    "LocalProtocolError",
     "Message",
     "ProtocolError",
     "QueenTerms",
     "Refusal",
+    "RemoteProtocolError",
     "Welcome",
     "binary",
     "decode_any",

@@ -25,7 +25,9 @@ from meshant.protocol.errors import (
     TOO_LARGE,
     TOO_MANY_FRAMES,
     TRUNCATED,
+    LocalProtocolError,
     ProtocolError,
+    RemoteProtocolError,
 )
 from meshant.protocol.kinds import BY_CODE, BY_NAME, kind_by_code, kind_by_name, validate_body
 from meshant.protocol.message import Blob, Message
@@ -68,13 +70,15 @@ def parse_header(frame: Any) -> tuple[int, int, int, int, int]:
     A router can dispatch on this alone, without unpacking the envelope or the body.
     """
     if len(frame) < HEADER_SIZE:
-        raise ProtocolError(TRUNCATED, f"frame 0 must start with a {HEADER_SIZE}-byte header, "
-                            f"got {len(frame)} bytes")
+        raise RemoteProtocolError(
+            TRUNCATED, f"frame 0 must start with a {HEADER_SIZE}-byte header, "
+                f"got {len(frame)} bytes")
     magic, version, code, flags, nblobs, env_len = _unpack_header(frame)
     if magic != MAGIC:
-        raise ProtocolError(BAD_MAGIC, f"frame does not start with the IACP/2 magic {MAGIC!r}")
+        raise RemoteProtocolError(
+            BAD_MAGIC, f"frame does not start with the IACP/2 magic {MAGIC!r}")
     if version not in SUPPORTED_VERSIONS:
-        raise ProtocolError(BAD_VERSION, f"unsupported wire version {version}")
+        raise RemoteProtocolError(BAD_VERSION, f"unsupported wire version {version}")
     return version, code, flags, nblobs, env_len
 
 
@@ -106,7 +110,7 @@ def encode(msg: Message) -> list[Any]:
         packer.pack(env)
         n = len(packer.getbuffer())
         if n > MAX_ENVELOPE:
-            raise ProtocolError(TOO_LARGE, f"the envelope is {n} bytes, over {MAX_ENVELOPE}")
+            raise LocalProtocolError(TOO_LARGE, f"the envelope is {n} bytes, over {MAX_ENVELOPE}")
         try:
             packer.pack(msg.body)
         except TypeError:
@@ -121,7 +125,7 @@ def encode(msg: Message) -> list[Any]:
     except ProtocolError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
-        raise ProtocolError(BAD_TYPE, f"cannot encode {msg.kind} message: {e}") from None
+        raise LocalProtocolError(BAD_TYPE, f"cannot encode {msg.kind} message: {e}") from None
     return [_pack_header(MAGIC, VERSION, code, flags, 0, n) + packer.bytes()]
 
 
@@ -129,7 +133,7 @@ def _blob_collector(blobs: list[Any]) -> Any:
     def default(obj: Any) -> Any:
         if isinstance(obj, Blob):
             if len(blobs) >= MAX_BLOBS:
-                raise ProtocolError(TOO_MANY_FRAMES, f"at most {MAX_BLOBS} blobs per message")
+                raise LocalProtocolError(TOO_MANY_FRAMES, f"at most {MAX_BLOBS} blobs per message")
             blobs.append(obj.data)
             return msgpack.ExtType(BLOB_EXT, _IDX.pack(len(blobs) - 1))
         raise TypeError(f"cannot encode {type(obj).__name__}")
@@ -145,7 +149,7 @@ def decode(
     """Decode IACP/2 frames into a Message. Raises ProtocolError and nothing else."""
     n = len(frames)
     if n < 1:
-        raise ProtocolError(TRUNCATED, "an IACP/2 message has at least one frame")
+        raise RemoteProtocolError(TRUNCATED, "an IACP/2 message has at least one frame")
     f0 = frames[0]
     size = len(f0)
     if size < HEADER_SIZE:
@@ -159,29 +163,31 @@ def decode(
     if flags & 3 != (FLAG_BATCH if code in BATCH_CODES else 0) | (FLAG_BLOBS if nblobs else 0):
         # The flags repeat what the kind and the blob count say; a sender that gets them
         # wrong has a bug that would otherwise go unseen until another receiver trusts them.
-        raise ProtocolError(BAD_FLAGS, f"flags {flags:#04x} do not match a {kind.name} "
+        raise RemoteProtocolError(BAD_FLAGS, f"flags {flags:#04x} do not match a {kind.name} "
                             f"message with {nblobs} blobs (BATCH is set on task.batch and "
                             "task.assigns only, BLOBS exactly when the blob count is not 0)")
     if n != 1 + nblobs:
         if n > 1 + nblobs:
-            raise ProtocolError(TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 1}")
-        raise ProtocolError(TRUNCATED, f"header announces {nblobs} blobs, got {n - 1}")
+            raise RemoteProtocolError(
+                TOO_MANY_FRAMES, f"header announces {nblobs} blobs, got {n - 1}")
+        raise RemoteProtocolError(TRUNCATED, f"header announces {nblobs} blobs, got {n - 1}")
     if size > max_frame or (nblobs and any(len(f) > max_frame for f in frames[1:])):
         big = max(len(f) for f in frames)
-        raise ProtocolError(TOO_LARGE, f"a frame of {big:,} bytes exceeds the limit of "
+        raise RemoteProtocolError(TOO_LARGE, f"a frame of {big:,} bytes exceeds the limit of "
                             f"{max_frame:,} bytes")
     body_at = HEADER_SIZE + env_len
     if body_at >= size:
-        raise ProtocolError(TRUNCATED, f"header announces a {env_len}-byte envelope and a body, "
-                            f"but frame 0 has {size - HEADER_SIZE} bytes after the header")
+        raise RemoteProtocolError(
+            TRUNCATED, f"header announces a {env_len}-byte envelope and a body, "
+                f"but frame 0 has {size - HEADER_SIZE} bytes after the header")
     # bytes slices: msgpack unpacks them faster than memoryview slices, and they are small
     view = f0 if f0.__class__ is bytes else memoryview(f0)
     try:
         env = _unpackb(view[HEADER_SIZE:body_at])
     except Exception as e:
-        raise ProtocolError(BAD_MSGPACK, _bad("envelope", e)) from None
+        raise RemoteProtocolError(BAD_MSGPACK, _bad("envelope", e)) from None
     if env.__class__ is not dict:
-        raise ProtocolError(BAD_TYPE, "envelope must be a msgpack map")
+        raise RemoteProtocolError(BAD_TYPE, "envelope must be a msgpack map")
     if nblobs:
         blobs = frames[1:]
 
@@ -189,7 +195,7 @@ def decode(
             if ext_code != BLOB_EXT:
                 _no_blobs(ext_code, data)
             if len(data) != 1 or data[0] >= nblobs:
-                raise ProtocolError(BAD_BLOB, "body references a blob that is not there (a "
+                raise RemoteProtocolError(BAD_BLOB, "body references a blob that is not there (a "
                                     "reference is one byte, the index of a blob frame)")
             return Blob(blobs[data[0]])
 
@@ -198,14 +204,14 @@ def decode(
         except ProtocolError:
             raise
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
+            raise RemoteProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     else:
         try:
             body = _unpackb(view[body_at:], ext_hook=_no_blobs)
         except ProtocolError:
             raise
         except Exception as e:
-            raise ProtocolError(BAD_MSGPACK, _bad("body", e)) from None
+            raise RemoteProtocolError(BAD_MSGPACK, _bad("body", e)) from None
     msg = from_envelope(env, kind.name, body, "2")
     if validate and (kind.fields or body is not None):
         validate_body(kind, body)
@@ -214,8 +220,9 @@ def decode(
 
 def _no_blobs(ext_code: int, data: bytes) -> Any:
     if ext_code == BLOB_EXT:
-        raise ProtocolError(BAD_BLOB, "body references a blob, but the message has none")
-    raise ProtocolError(BAD_MSGPACK, f"msgpack extension type {ext_code} is not used by IACP/2")
+        raise RemoteProtocolError(BAD_BLOB, "body references a blob, but the message has none")
+    raise RemoteProtocolError(
+        BAD_MSGPACK, f"msgpack extension type {ext_code} is not used by IACP/2")
 
 
 def peek_id(frames: Sequence[Any]) -> str | None:
@@ -249,19 +256,19 @@ def from_envelope(env: dict[str, Any], kind: str, body: Any, v: str) -> Message:
     ts = env.get("ts", 0)
     ref = env.get("ref")
     if mid.__class__ is not str or not mid:
-        raise ProtocolError(BAD_TYPE, "envelope field 'id' must be a non-empty string")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'id' must be a non-empty string")
     if frm.__class__ is not str:
-        raise ProtocolError(BAD_TYPE, "envelope field 'from' must be a string")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'from' must be a string")
     if to.__class__ is not str and not (
         to.__class__ is list and all(t.__class__ is str for t in to)
     ):
-        raise ProtocolError(BAD_TYPE, "envelope field 'to' must be a name or a list of names")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'to' must be a name or a list of names")
     if ts.__class__ is not float and ts.__class__ is not int:
-        raise ProtocolError(BAD_TYPE, "envelope field 'ts' must be a number")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'ts' must be a number")
     if ref is not None and ref.__class__ is not str:
-        raise ProtocolError(BAD_TYPE, "envelope field 'ref' must be a string")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'ref' must be a string")
     if body is not None and body.__class__ is not dict:
-        raise ProtocolError(BAD_TYPE, f"{kind} body must be a map")
+        raise RemoteProtocolError(BAD_TYPE, f"{kind} body must be a map")
     extra = None
     if not env.keys() <= _ENV_KEYS:
         extra = {k: v_ for k, v_ in env.items() if k not in _ENV_KEYS and k not in _NOT_EXTRA}

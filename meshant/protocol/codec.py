@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshant.protocol import binary, legacy
-from meshant.protocol.errors import TRUNCATED, ProtocolError
+from meshant.protocol.errors import TRUNCATED, RemoteProtocolError
 from meshant.protocol.message import Message
 
 BINARY = "iacp2"
@@ -18,7 +18,7 @@ def decode_any(
 ) -> tuple[Message, str]:
     """Decode a message in either codec; returns the message and which codec it used."""
     if not frames:
-        raise ProtocolError(TRUNCATED, "empty message")
+        raise RemoteProtocolError(TRUNCATED, "empty message")
     first = frames[0]
     if len(frames) == 1 and len(first) > 0 and first[0:1] == b"{":
         return legacy.decode(first, max_size=max_frame), JSON

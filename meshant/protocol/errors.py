@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from meshant.errors import MeshantError
+from meshant.errors import BadInput
 from meshant.protocol.codes import Code
 
 # Stable machine-readable codes. Peers match on these strings, so they never change meaning.
@@ -40,8 +40,8 @@ CODES = frozenset(
 )
 
 
-class ProtocolError(MeshantError):
-    """Raised for anything malformed on the wire: fix the input.
+class ProtocolError(BadInput):
+    """Raised for anything malformed on the wire: fix the input. (A ``BadInput``.)
 
     ``code`` is one of the stable strings in this module; ``message`` is a sentence for people.
     Decoders raise nothing else, whatever bytes they are given.
@@ -52,3 +52,11 @@ class ProtocolError(MeshantError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message, code=code)
         self.args = (f"{code}: {message}",)  # str() and repr() show "code: message"
+
+
+class LocalProtocolError(ProtocolError):
+    """What this side would send is not a valid message (too large, not encodable)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """What the other side sent is not a valid message (the decoders raise this)."""

@@ -12,7 +12,8 @@ from meshant.protocol.errors import (
     BAD_VERSION,
     MISSING_FIELD,
     TOO_LARGE,
-    ProtocolError,
+    LocalProtocolError,
+    RemoteProtocolError,
 )
 from meshant.protocol.kinds import kind_by_name, validate_body
 from meshant.protocol.message import Blob, Message
@@ -61,35 +62,35 @@ def decode(frame: Any, *, max_size: int = DEFAULT_MAX_JSON, validate: bool = Tru
     """Decode one IACP 1.1 JSON frame. Raises ProtocolError and nothing else."""
     data = bytes(frame)
     if len(data) > max_size:
-        raise ProtocolError(TOO_LARGE, f"JSON message exceeds {max_size} bytes")
+        raise RemoteProtocolError(TOO_LARGE, f"JSON message exceeds {max_size} bytes")
     if not _depth_ok(data):
-        raise ProtocolError(BAD_JSON, f"JSON nests deeper than {MAX_DEPTH} levels")
+        raise RemoteProtocolError(BAD_JSON, f"JSON nests deeper than {MAX_DEPTH} levels")
     try:
         text = data.decode("utf-8")
         obj = json.loads(text.rstrip("\r\n") if text.endswith("\n") else text)
     except (ValueError, RecursionError) as e:
         # ValueError covers bad UTF-8, bad JSON and integers too long to convert.
-        raise ProtocolError(BAD_JSON, f"not a valid IACP 1.1 JSON envelope ({e})") from None
+        raise RemoteProtocolError(BAD_JSON, f"not a valid IACP 1.1 JSON envelope ({e})") from None
     if not isinstance(obj, dict):
-        raise ProtocolError(BAD_JSON, "an IACP 1.1 envelope must be a JSON object")
+        raise RemoteProtocolError(BAD_JSON, "an IACP 1.1 envelope must be a JSON object")
     v = obj.get("v")
     if not isinstance(v, str):
-        raise ProtocolError(MISSING_FIELD, "IACP 1.1 envelope needs a string 'v'")
+        raise RemoteProtocolError(MISSING_FIELD, "IACP 1.1 envelope needs a string 'v'")
     if not v.startswith("1."):
-        raise ProtocolError(BAD_VERSION, f"JSON envelopes speak IACP 1.x, not {v!r}")
+        raise RemoteProtocolError(BAD_VERSION, f"JSON envelopes speak IACP 1.x, not {v!r}")
     kind_name = obj.get("kind")
     if not isinstance(kind_name, str):
-        raise ProtocolError(MISSING_FIELD, "IACP 1.1 envelope needs a string 'kind'")
+        raise RemoteProtocolError(MISSING_FIELD, "IACP 1.1 envelope needs a string 'kind'")
     kind = kind_by_name(kind_name)
     for field in ("id", "from"):
         if field not in obj:
-            raise ProtocolError(MISSING_FIELD, f"IACP 1.1 envelope needs {field!r}")
+            raise RemoteProtocolError(MISSING_FIELD, f"IACP 1.1 envelope needs {field!r}")
     body = obj.get("body")
     if "body" in obj and not isinstance(body, dict):
-        raise ProtocolError(BAD_TYPE, f"{kind_name} body must be an object")
+        raise RemoteProtocolError(BAD_TYPE, f"{kind_name} body must be an object")
     ts = obj.get("ts", 0)
     if isinstance(ts, float) and ts != ts:  # NaN: json accepts it, nothing can use it
-        raise ProtocolError(BAD_TYPE, "envelope field 'ts' must be a number")
+        raise RemoteProtocolError(BAD_TYPE, "envelope field 'ts' must be a number")
     msg = from_envelope(obj, kind_name, body, v)
     if validate:
         validate_body(kind, body)
@@ -121,7 +122,7 @@ def encode(msg: Message) -> bytes:
         return _dumps(obj).encode("utf-8") if not _needs_default(msg.body) else json.dumps(
             obj, separators=(",", ":"), ensure_ascii=False, default=_jsonable).encode("utf-8")
     except (TypeError, ValueError) as e:
-        raise ProtocolError(BAD_TYPE, f"cannot encode {msg.kind} as JSON: {e}") from None
+        raise LocalProtocolError(BAD_TYPE, f"cannot encode {msg.kind} as JSON: {e}") from None
 
 
 def _needs_default(body: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.storage.records import Deposed, JournalError
+from meshant.errors import Deposed, JournalError
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 

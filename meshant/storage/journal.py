@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from meshant.errors import JournalError
 from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
@@ -27,7 +28,6 @@ from meshant.storage.records import (
     SELECT,
     UPDATE,
     Batch,
-    JournalError,
     TaskLog,
     memory_batch,
 )

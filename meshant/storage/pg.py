@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from meshant.errors import Deposed, JournalError
 from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
@@ -27,8 +28,6 @@ from meshant.storage.records import (
     MEM_SET,
     UPDATE,
     Batch,
-    Deposed,
-    JournalError,
     TaskLog,
     memory_batch,
 )

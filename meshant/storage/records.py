@@ -38,12 +38,6 @@ MEM_SET = ("INSERT INTO memory (key, value, expires, seq) VALUES (?,?,?,?) ON CO
 MEM_DEL = "DELETE FROM memory WHERE key=?"
 
 
-class JournalError(Exception):
-    """The journal cannot be used (corrupt, foreign, a newer schema, unreachable)."""
-
-
-class Deposed(JournalError):
-    """This queen's term is over: another queen leads. Nothing was written."""
 
 
 def pack(v: Any) -> bytes:

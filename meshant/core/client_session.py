@@ -1,0 +1,276 @@
+"""A client's side of the protocol, sans-IO: the submissions it keeps until their tasks
+end, what it sends again and when, and which of the queen's answers mean what.
+
+It sits beside the :class:`~meshant.core.session.PeerSession` (hello, welcome,
+liveness); the driver (:class:`meshant.actors.client.Client`) holds the futures, moves
+bytes and reads the clock, and carries out what this decides:
+
+* every submission (task or graph) is kept, encoded, until its task ends, and sent again
+  with the same id after a reconnect: the queen treats an id it holds as the same task;
+  messages still unsent go after them, in order, never twice;
+* a task's updates and its result are delivered exactly once, in sequence order
+  (:class:`Update`, :class:`Ended`); repeats are dropped;
+* a submission refused ``rate-limited`` (and ``queue-full`` when asked) is sent again
+  after the ``retry_after`` the queen names, or the policy's backoff, with jitter, while
+  every other submission waits its turn; after ``submit_timeout`` it fails;
+* a request refused ``not-registered`` goes again once the queen has welcomed us back;
+* when the queen stays away longer than ``queen_wait``, every pending submission fails
+  (:class:`GiveUp`).
+
+Time (and randomness, through the backoff) is passed in.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.policy import Backoff
+from meshant.protocol.codes import Code
+
+Item = p.Message | list[bytes]  # a message, or frames already encoded (a submission)
+
+# Re-sending refused submissions: the first retry after about 50 ms, doubling to 2 s,
+# when the queen names no retry_after.
+RETRY_BACKOFF = Backoff(base=0.05, cap=2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A new update of a pending task (progress, a partial result, a question)."""
+
+    task_id: str
+    kind: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A pending task's final result (``body``), or its refusal by the queen (``error``,
+    the error message's body)."""
+
+    task_id: str
+    body: dict[str, Any] | None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """The queen has been away too long: every pending submission fails with ``why``."""
+
+    why: str
+    away: float
+
+
+Action = Update | Ended | GiveUp
+
+
+@dataclass(slots=True)
+class Pending:
+    """A submission kept until its task ends."""
+
+    frames: list[bytes]
+    size: int
+    submitted: float
+    last_seq: int = 0
+    refusals: int = 0
+
+
+class ClientSession:
+    """One client's submissions and its messages to the queen."""
+
+    def __init__(self, *, queen_wait: float = 30.0, submit_timeout: float = 60.0,
+                 retry_queue_full: bool = False, rng: random.Random | None = None) -> None:
+        self.queen_wait = queen_wait
+        self.submit_timeout = submit_timeout
+        self.retry_queue_full = retry_queue_full
+        self.backoff = Backoff(RETRY_BACKOFF.base, RETRY_BACKOFF.cap, rng or random.Random())
+        self.tasks: dict[str, Pending] = {}
+        self.graphs: dict[str, Pending] = {}
+        self.requests: dict[str, p.Message] = {}  # waiting for an answer, by message id
+        self.outbox: deque[Item] = deque()
+        self.out: list[Action] = []
+        self._retry: list[tuple[float, str]] = []
+        self._hold_until = 0.0
+        self._resend: list[p.Message] = []
+        self._lost_at: float | None = None
+        self._lost_why = ""
+
+    def take(self) -> list[Action]:
+        out, self.out = self.out, []
+        return out
+
+    # -- from the caller ------------------------------------------------------------------
+
+    def submit(self, task_id: str, frames: list[bytes], now: float) -> None:
+        """A submission: kept (for re-sending) until its task ends, and sent."""
+        self.tasks[task_id] = Pending(frames, sum(len(f) for f in frames), now)
+        self.outbox.append(frames)
+
+    def submit_graph(self, graph_id: str, frames: list[bytes], now: float) -> None:
+        self.graphs[graph_id] = Pending(frames, sum(len(f) for f in frames), now)
+        self.outbox.append(frames)
+
+    def request(self, msg: p.Message) -> None:
+        """A request that waits for an answer (status, a task's state...)."""
+        self.requests[msg.id] = msg
+        self.outbox.append(msg)
+
+    def answered(self, msg_id: str) -> None:
+        """The caller has its answer (or gave up): forget the request."""
+        self.requests.pop(msg_id, None)
+
+    def send(self, item: Item) -> None:
+        """Anything else: sent once, in order."""
+        self.outbox.append(item)
+
+    def forget(self, task_id: str) -> None:
+        """The caller no longer waits for this task."""
+        self.tasks.pop(task_id, None)
+
+    def graph_ended(self, graph_id: str) -> None:
+        self.graphs.pop(graph_id, None)
+
+    # -- from the queen -------------------------------------------------------------------
+
+    def update(self, kind: str, body: dict[str, Any]) -> bool:
+        """A task's progress, partial result, question or final result. False when it is
+        not a pending task's (a graph node's, or an attached one's: the caller routes
+        it) or a repeat; a pending task's new one becomes an action."""
+        task_id = body.get("task", "")
+        pend = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        if pend is None:
+            return False
+        seq = body.get("seq", 0)
+        if seq <= pend.last_seq:
+            return True  # exactly once: a repeat of something already seen is dropped
+        pend.last_seq = seq
+        if kind == "task.result" and not body.get("partial"):
+            self.forget(task_id)
+            self.out.append(Ended(task_id, body))
+        else:
+            self.out.append(Update(task_id, kind, body))
+        return True
+
+    def error(self, ref: str | None, body: dict[str, Any], now: float) -> str | None:
+        """An ``error`` from the queen about ``ref``: returns what it was about — "task"
+        (handled here: sent again later, or :class:`Ended`), "graph" or "request" (the
+        caller routes it), or None (nobody's)."""
+        if ref is None:
+            return None
+        pend = self.tasks.get(ref)
+        if pend is not None:
+            if not self._back_off(ref, pend, body, now):
+                self.forget(ref)
+                self.out.append(Ended(ref, None, body))
+            return "task"
+        if ref in self.graphs:
+            self.graphs.pop(ref)
+            return "graph"
+        if ref in self.requests:
+            return "request"
+        return None
+
+    def forgotten(self, ref: str | None) -> None:
+        """The queen refused message ``ref`` as from a peer it does not know (it
+        restarted, or forgot an idle client): a request goes again once it welcomed us
+        back (a submission goes again anyway)."""
+        msg = self.requests.get(ref or "")
+        if msg is not None:
+            self._resend.append(msg)
+
+    def _back_off(self, task_id: str, pend: Pending, err: dict[str, Any], now: float) -> bool:
+        """A refusal that time cures (rate-limited; queue-full if asked to): send the
+        submission again after the queen's ``retry_after`` (or the backoff), jittered,
+        pausing the others meanwhile. False once ``submit_timeout`` has passed, or for
+        other errors."""
+        code = err.get("code")
+        if code != Code.RATE_LIMITED and not (code == Code.QUEUE_FULL and self.retry_queue_full):
+            return False
+        if now - pend.submitted >= self.submit_timeout:
+            if code == Code.RATE_LIMITED:
+                err["message"] = (f"the queen refused the submission as too fast for "
+                                  f"{self.submit_timeout:g} s: {err.get('message', '')}")
+            return False
+        pend.refusals += 1
+        after = err.get("retry_after")
+        if not isinstance(after, int | float) or after <= 0:
+            after = self.backoff.ceiling(min(pend.refusals, 6))
+        # Space the refused submissions out at about the pace the queen names (one per
+        # retry_after), rather than send them all again together to be refused again.
+        delay = max(float(after), 0.001) * (1 + len(self._retry)) * (
+            1 + self.backoff.rng.uniform(0.0, 0.25))
+        heapq.heappush(self._retry, (now + delay, task_id))
+        self._hold_until = max(self._hold_until, now + delay)
+        return True
+
+    # -- the session's turns --------------------------------------------------------------
+
+    def welcomed(self, first: bool) -> None:
+        self._lost_at = None
+        if not first:
+            # Back after losing the queen (or being forgotten by it): every pending
+            # submission goes again, in order, with its own id. Whatever of them still
+            # sat in the outbox goes with them, not twice. The queen answers an id it
+            # holds as the same task (with its result, if it has finished), and runs
+            # one it never saw.
+            kept = [m for m in self.outbox if isinstance(m, p.Message)]
+            self.outbox.clear()
+            self._retry.clear()
+            self.outbox.extend(pend.frames for pend in self.tasks.values())
+            self.outbox.extend(pend.frames for pend in self.graphs.values())
+            self.outbox.extend(kept)
+        resend, self._resend = self._resend, []
+        self.outbox.extend(resend)
+
+    def lost(self, now: float, why: str) -> None:
+        if self._lost_at is None:
+            self._lost_at = now
+            self._lost_why = why
+
+    def flush(self, now: float) -> list[Item]:
+        """What to send now (nothing while the queen asked us to slow down)."""
+        if self._hold_until and now < self._hold_until:
+            return []
+        out = list(self.outbox)
+        self.outbox.clear()
+        return out
+
+    def unsent(self, items: list[Item]) -> None:
+        """The connection could not take these (from ``flush``): first next time."""
+        self.outbox.extendleft(reversed(items))
+
+    def tick(self, now: float) -> None:
+        retry = self._retry
+        if retry and retry[0][0] <= now:
+            while retry and retry[0][0] <= now:
+                task_id = heapq.heappop(retry)[1]
+                pend = self.tasks.get(task_id)
+                if pend is not None:
+                    self.outbox.append(pend.frames)
+        if self._hold_until and now >= self._hold_until:
+            self._hold_until = 0.0
+        lost = self._lost_at
+        if lost is not None and now - lost >= self.queen_wait and (self.tasks or self.graphs):
+            self.out.append(GiveUp(self._lost_why, now - lost))
+            for task_id in list(self.tasks):
+                self.forget(task_id)
+            self.graphs.clear()
+            self._retry.clear()
+
+    def next_deadline(self) -> float:
+        t = float("inf")
+        if self._retry:
+            t = self._retry[0][0]
+        if self._hold_until and self.outbox:
+            t = min(t, self._hold_until)
+        if self._lost_at is not None and (self.tasks or self.graphs):
+            t = min(t, self._lost_at + self.queen_wait)
+        return t
+
+
+__all__ = ["Action", "ClientSession", "Ended", "GiveUp", "Item", "Pending", "Update"]

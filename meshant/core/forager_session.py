@@ -1,0 +1,423 @@
+"""A forager's side of the protocol, sans-IO: what it runs, what it tells the queen, and
+when. It sits beside the :class:`~meshant.core.session.PeerSession` (hello, welcome,
+liveness); the driver (:class:`meshant.actors.forager.Forager`) runs handlers in threads,
+moves bytes and reads the clock, and carries out what this decides:
+
+* an assignment it can take becomes :class:`Start` (run the handler); one it cannot
+  (draining, no handler for the capability) is rejected at once, with the reason;
+* a task that finishes within ``accept_delay`` sends only its result, which implies its
+  acceptance (one message fewer per short task); a longer one sends ``task.accept``;
+* results, progress and questions go to the queen in the order the handlers made them;
+  final results travel batched when the queen negotiated batching;
+* final results sent lately are kept for a heartbeat timeout: a connection that dies
+  takes what it had not delivered with it, so they go again after a reconnect (the queen
+  drops any it already had); questions still waiting are asked again after a welcome;
+* a cancel, or the queen saying it no longer knows an assignment, stops the handler
+  (:class:`Stop`), and the run's end is reported as cancelled;
+* draining: nothing new is taken, the running tasks finish, then :class:`Leave`; with
+  results still unsent and the queen gone, it waits one heartbeat timeout, not longer.
+
+Time is passed in; nothing here reads a clock, a socket or a thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Container
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshant import protocol as p
+from meshant.protocol.codes import Code
+
+ACCEPT_DELAY = 0.002  # seconds: a task that ends sooner sends only its result
+RESENT_MAX = 10_000  # final results kept for re-sending, at most
+ORPHANS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Run the handler of ``capability`` for assignment ``ref`` (``run`` identifies this
+    run: report its end with it)."""
+
+    ref: str
+    run: int
+    task_id: str
+    attempt: int
+    capability: str
+    payload: Any
+    timeout: float | None
+    trace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Tell the handler of ``ref`` to stop (the task was cancelled, or is nobody's)."""
+
+    ref: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The answer to the question ``request`` that the handler of ``ref`` asked."""
+
+    ref: str
+    request: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Stop the forager: drained, or given up on a queen that is gone (``warning``)."""
+
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The queen's answer to a message a handler sent and waits on (``ctx.spawn``):
+    ``error`` set when it was refused."""
+
+    ref: str
+    body: dict[str, Any]
+    error: dict[str, Any] | None = None
+
+
+Action = Start | Stop | Answered | Leave | Reply
+
+
+@dataclass(slots=True)
+class Run:
+    """A task this forager runs."""
+
+    ref: str
+    run: int
+    task_id: str
+    cancelled: bool = False
+    # Questions its handler waits on: request id -> the task.ask message.
+    asks: dict[str, p.Message] = field(default_factory=dict)
+
+
+class ForagerSession:
+    """One forager's tasks and its messages to the queen."""
+
+    def __init__(self, tools: list[str], slots: int, labels: dict[str, Any] | None = None,
+                 *, accept_delay: float = ACCEPT_DELAY,
+                 serves: Container[str] | None = None) -> None:
+        """``tools``: the capabilities the hello announces; ``serves``: those it has a
+        handler for when an assignment comes (default: ``tools``)."""
+        self.tools = sorted(tools)
+        self._serves: Container[str] = frozenset(tools) if serves is None else serves
+        self.slots = slots
+        self.labels = dict(labels or {})
+        self.accept_delay = accept_delay
+        self.features: frozenset[str] = frozenset()
+        self.running: dict[str, Run] = {}
+        self.draining = False
+        self.out: list[Action] = []
+        self.outbox: deque[p.Message] = deque()  # to the queen, in order
+        self._accepts: dict[str, float] = {}
+        # Final results sent lately: (when, message or batch item).
+        self._sent: deque[tuple[float, Any]] = deque()
+        self._orphans: set[str] = set()
+        self._orphaned_since: float | None = None
+        self._waiting_replies: set[str] = set()
+        self._runs = itertools.count(1)
+
+    def take(self) -> list[Action]:
+        out, self.out = self.out, []
+        return out
+
+    # -- what the hello and heartbeats say ------------------------------------------------
+
+    def hello_fields(self) -> dict[str, Any]:
+        """The forager's part of its hello: tasks still running, and finished ones whose
+        results wait to be sent (a queen that knows them adopts them instead of running
+        them again)."""
+        running = list(self.running) + [m.ref for m in self.outbox
+                                        if m.kind == "task.result" and m.ref
+                                        and not m.b.get("partial")]
+        return {"slots": self.slots, "tools": self.tools, "labels": self.labels,
+                "running": running}
+
+    def hb_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"slots": self.slots, "in_flight": len(self.running),
+                                "running": list(self.running), "tools": self.tools}
+        if self.draining:
+            body["state"] = "draining"
+        return body
+
+    @property
+    def busy(self) -> bool:
+        """Tasks run: the heartbeat, which renews their leases, goes every interval."""
+        return bool(self.running)
+
+    # -- from the queen -------------------------------------------------------------------
+
+    def assign(self, ref: str, body: dict[str, Any], trace: Any, now: float) -> None:
+        """A ``task.assign`` (or an item of ``task.assigns``)."""
+        cap = body.get("capability") or body.get("node") or ""
+        if cap not in self._serves or self.draining:
+            reason = "draining" if self.draining else (
+                f"no handler for capability {cap!r} (this forager serves "
+                f"{', '.join(self.tools)})")
+            self.outbox.append(p.Message("task.reject", {"reason": reason}, ref=ref,
+                                         to="queen"))
+            return
+        run = Run(ref, next(self._runs), str(body.get("task", ref)))
+        self.running[ref] = run
+        self._accepts[ref] = now + self.accept_delay
+        timeout = body.get("timeout")
+        self.out.append(Start(ref, run.run, run.task_id, int(body.get("attempt", 1)), cap,
+                              p.unwrap_blob(body.get("payload")),
+                              float(timeout) if isinstance(timeout, int | float) else None,
+                              trace if isinstance(trace, str) else None))
+
+    def assigns(self, items: list[Any], now: float) -> list[str]:
+        """A ``task.assigns`` batch; returns what was malformed in it (to log)."""
+        bad = []
+        for body in items:
+            if isinstance(body, dict) and isinstance(body.get("id"), str):
+                self.assign(body["id"], body, body.get("traceparent"), now)
+            else:
+                bad.append(repr(body)[:80])
+        return bad
+
+    def cancel(self, ref: str | None) -> None:
+        run = self.running.get(ref or "")
+        if run is not None:
+            run.cancelled = True
+            self.out.append(Stop(run.ref, "cancelled"))
+
+    def answer(self, ref: str | None, request: Any, value: Any) -> None:
+        run = self.running.get(ref or "")
+        if run is not None and isinstance(request, str) and (
+                run.asks.pop(request, None) is not None):
+            self.out.append(Answered(run.ref, request, value))
+
+    def drain(self) -> bool:
+        """Finish the running tasks, take nothing new, then leave. True the first time
+        (the queen is told at once, with a heartbeat)."""
+        if self.draining:
+            return False
+        self.draining = True
+        return True
+
+    def reply(self, ref: str | None, body: dict[str, Any]) -> None:
+        """The queen answered a message a handler waits on (``graph.spawned``)."""
+        if ref is not None and ref in self._waiting_replies:
+            self._waiting_replies.discard(ref)
+            self.out.append(Reply(ref, body))
+
+    def error(self, ref: str | None, body: dict[str, Any]) -> str | None:
+        """An ``error`` from the queen about something this forager sent. Returns a line
+        to log for the person, if any."""
+        if ref is not None:
+            if ref in self._waiting_replies:
+                self._waiting_replies.discard(ref)
+                self.out.append(Reply(ref, {}, body))
+                return None
+            for run in self.running.values():
+                for request, m in list(run.asks.items()):
+                    if m.id == ref:  # a question refused: its ask raises
+                        del run.asks[request]
+                        self.out.append(Reply(ref, {}, body))
+                        return None
+        assign = body.get("assign")
+        if body.get("code") == Code.UNKNOWN_TASK and isinstance(assign, str):
+            if assign in self._orphans:
+                return None  # said once already
+            self._orphans.add(assign)
+            if len(self._orphans) > ORPHANS_MAX:
+                self._orphans.clear()
+            orphan = self.running.get(assign)
+            if orphan is None:
+                return None
+            run = orphan
+            # The queen no longer knows this assignment (it restarted without it): the
+            # work has no one to go to. Stop it as if cancelled, and say so once.
+            run.cancelled = True
+            self.out.append(Stop(run.ref, "unknown to the queen"))
+            return (f"the queen does not know task {run.task_id} (assign {assign}) any "
+                    "more; stopping its handler")
+        return f"queen says {body.get('code')}: {body.get('message')}"
+
+    # -- from the handlers ----------------------------------------------------------------
+
+    def send(self, msg: p.Message) -> None:
+        """A message a handler sends while it runs (progress, a partial result, a
+        question, a spawn): to the queen in the order made."""
+        if msg.kind == "task.ask":
+            run = self.running.get(msg.ref or "")
+            if run is not None:
+                request = msg.b.get("request")
+                if not isinstance(request, str):
+                    pass
+                elif msg.b.get("withdraw"):
+                    run.asks.pop(request, None)
+                else:
+                    run.asks[request] = msg
+        elif msg.kind == "graph.spawn":
+            self._waiting_replies.add(msg.id)
+        self.outbox.append(msg)
+
+    def finished(self, ref: str, run: int, body: dict[str, Any]) -> bool:
+        """The handler of run ``run`` of ``ref`` ended with result ``body``; False if
+        that run is not current (a run the queen had stopped, whose assignment id a new
+        assignment reuses: its outcome belongs to nobody)."""
+        current = self.running.get(ref)
+        if current is None or current.run != run:
+            return False
+        if current.cancelled:
+            body = {"status": "cancelled"}
+        del self.running[ref]
+        self.outbox.append(p.Message("task.result", body, ref=ref, to="queen"))
+        return True
+
+    def stop_all(self) -> None:
+        """The forager stops: every running task is cancelled (their ends report so)."""
+        for run in self.running.values():
+            if not run.cancelled:
+                run.cancelled = True
+                self.out.append(Stop(run.ref, "the forager is stopping"))
+
+    # -- the session's turns --------------------------------------------------------------
+
+    def welcomed(self, first: bool) -> None:
+        """Questions still waiting go again: the queen answers one it holds the answer
+        to (the answer was lost with a connection), or keeps waiting."""
+        if first:
+            return
+        for run in self.running.values():
+            self.outbox.extend(run.asks.values())
+
+    def queen_lost(self) -> None:
+        """Results sent lately may have died with the old connection: they go first on
+        the new one (and the hello lists them, so a restarted queen adopts their tasks)."""
+        again: list[p.Message] = []
+        for _, item in self._sent:
+            if isinstance(item, p.Message):
+                again.append(item)
+            else:
+                body = {k: v for k, v in item.items() if k != "ref"}
+                again.append(p.Message("task.result", body, ref=item["ref"], to="queen"))
+        self._sent.clear()
+        self.outbox.extendleft(reversed(again))
+
+    def flush(self, now: float) -> list[p.Message]:
+        """What to send now, in order: final results batched when negotiated."""
+        outbox = self.outbox
+        if not outbox:
+            return []
+        accepts = self._accepts
+        if accepts:
+            # Anything sent about a task implies it was accepted.
+            for msg in outbox:
+                if msg.ref in accepts:
+                    del accepts[msg.ref]
+        out: list[p.Message] = []
+        if "batch" in self.features and len(outbox) > 1:
+            results: list[dict[str, Any]] = []
+            while outbox:
+                msg = outbox.popleft()
+                if msg.kind == "task.result" and not msg.b.get("partial"):
+                    results.append({**msg.b, "ref": msg.ref})
+                    continue
+                if results:
+                    out.append(self._results(results))
+                    results = []
+                out.append(msg)
+            if results:
+                out.append(self._results(results))
+        else:
+            out.extend(outbox)
+            outbox.clear()
+        return out
+
+    @staticmethod
+    def _results(results: list[dict[str, Any]]) -> p.Message:
+        if len(results) == 1:
+            r = dict(results[0])
+            ref = r.pop("ref")
+            return p.Message("task.result", r, ref=ref, to="queen")
+        return p.Message("task.batch", {"results": results}, to="queen")
+
+    def sent(self, msg: p.Message, now: float) -> None:
+        """``msg`` (from ``flush``) left: a final result is kept for re-sending."""
+        if msg.kind == "task.batch":
+            self._sent.extend((now, r) for r in msg.b["results"])
+        elif msg.kind == "task.result" and not msg.b.get("partial"):
+            self._sent.append((now, msg))
+
+    def unsent(self, msgs: list[p.Message]) -> None:
+        """The connection could not take these (from ``flush``): they go first next time."""
+        for msg in reversed(msgs):
+            if msg.kind == "task.batch":
+                for r in reversed(msg.b["results"]):
+                    body = {k: v for k, v in r.items() if k != "ref"}
+                    self.outbox.appendleft(p.Message("task.result", body, ref=r["ref"],
+                                                     to="queen"))
+            else:
+                self.outbox.appendleft(msg)
+
+    def unencodable(self, msg: p.Message, code: str, message: str) -> str | None:
+        """``msg`` cannot be sent (msgpack cannot carry it, or it is over the queen's
+        limit). A final result becomes a failed one (for good when too large: a retry
+        cannot make it smaller); a batch is split; anything else is dropped. Returns a
+        line to log, if any."""
+        if msg.kind == "task.batch":
+            for r in reversed(msg.b["results"]):
+                body = {k: v for k, v in r.items() if k != "ref"}
+                self.outbox.appendleft(p.Message("task.result", body, ref=r["ref"],
+                                                 to="queen"))
+            return None
+        if msg.kind != "task.result":
+            return f"cannot send {msg.kind}: {message}"
+        if msg.b.get("partial"):
+            return f"dropped a partial result of {msg.ref}: {message}"
+        if code == Code.TOO_LARGE:
+            error = {"type": "TooLarge", "code": Code.TOO_LARGE,
+                     "message": f"result of {message}"}
+        else:
+            error = {"type": "EncodeError", "message": f"result cannot be encoded: {message}"}
+        self.outbox.appendleft(p.Message("task.result", {"status": "error", "error": error},
+                                         ref=msg.ref, to="queen"))
+        return None
+
+    def tick(self, now: float, patience: float, welcomed: bool) -> None:
+        """Implied accepts come due, old sent results are forgotten, a drain ends.
+        ``patience``: how long a silent queen is waited for (its heartbeat timeout)."""
+        sent = self._sent
+        if sent:
+            keep = patience + 2.0
+            while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
+                sent.popleft()
+        if self.draining and not self.running:
+            if not self.outbox:
+                self.out.append(Leave())  # drained: leave (the queen is told on the way)
+            elif welcomed:
+                self._orphaned_since = None
+            elif self._orphaned_since is None:
+                self._orphaned_since = now
+            elif now - self._orphaned_since > patience:
+                # Results wait for a queen that is gone (its farewell, or silence): wait
+                # a heartbeat timeout for it to come back, not the whole drain timeout.
+                # A queen that returns later holds those tasks and runs them again.
+                self.out.append(Leave(f"leaving with {len(self.outbox)} messages unsent: "
+                                      "the queen is gone"))
+        if self._accepts:
+            due = [ref for ref, t in self._accepts.items() if t <= now]
+            for ref in due:
+                del self._accepts[ref]
+                self.outbox.append(p.Message("task.accept", None, ref=ref, to="queen"))
+
+    def next_deadline(self) -> float:
+        """When ``tick`` next has something to do (an implied accept), with nothing
+        arriving meanwhile."""
+        return min(self._accepts.values()) if self._accepts else float("inf")
+
+
+__all__ = ["ACCEPT_DELAY", "Action", "Answered", "ForagerSession", "Leave", "Reply", "Run",
+           "Start", "Stop"]
