@@ -184,7 +184,7 @@ class Client(Peer):
             self._check_owner()
         super().send_message(msg)
         if not self.threaded:
-            self._flush(time.monotonic())  # the lowest latency: now, not at the next pump  # the lowest latency: now, not at the next pump
+            self._flush(time.monotonic())  # the lowest latency: now, not at the next pump
 
     def __enter__(self) -> Client:
         return self
