@@ -20,8 +20,7 @@ from meshant.core.queen import (
     Remember,
     Send,
 )
-from meshant.storage import conversation
-from meshant.storage import graphs as graph_store
+from meshant.storage.commit import commit
 from meshant.storage.journal import Journal
 
 
@@ -120,19 +119,10 @@ class SimColony:
                 msg = p.binary.decode(a.frames)
                 for peer in self.peers.values():
                     peer.heard.append((a.topic, msg))
-            elif isinstance(a, Record):
-                self.records += 1
+            elif isinstance(a, Record | RecordMemory | Remember | GraphRecord):
+                self.records += isinstance(a, Record | RecordMemory)
                 if self.journal is not None:
-                    self.journal.record(a.tasks, 1e9)
-            elif isinstance(a, RecordMemory):
-                self.records += 1
-                if self.journal is not None:
-                    self.journal.record_memory(a.changes)
-            elif isinstance(a, Remember) and self.journal is not None:
-                self.journal.write(conversation.batch(a.questions, a.updates, a.kept, a.unkept,
-                                                      a.to))
-            elif isinstance(a, GraphRecord) and self.journal is not None:
-                self.journal.write(graph_store.batch(a.graphs, a.nodes, 1e9))
+                    commit(self.journal, a, 1e9)
             elif isinstance(a, Read):
                 reads.append(a)
         for r in reads:

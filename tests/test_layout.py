@@ -1,4 +1,5 @@
-"""The package's shape: small modules, no import cycles, one set of error codes."""
+"""The package's shape: layers that only look down, no import cycles of any kind, classes
+composed rather than mixed, one set of error codes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,24 @@ import meshant.errors
 from meshant.protocol.codes import Code
 
 PACKAGE = Path(meshant.__file__).parent
-MAX_LINES = 600
-# Known exceptions, each to be removed by the work that fixes it.
-TOO_LONG: set[str] = set()  # none: keep it so
+
+# The layers, lowest first: a module may import from its own layer and those below,
+# never from above. Adapters (discovery, CURVE keys) and what is seen from outside
+# (observe) are used by the actors; applications (apps: the demo, the benchmarks;
+# the conformance kit; the simulator) use the actors; the command line uses them all.
+LAYERS: list[tuple[str, ...]] = [
+    ("meshant._version", "meshant.errors"),
+    ("meshant.protocol",),
+    ("meshant.core",),
+    ("meshant.storage",),
+    ("meshant.adapters", "meshant.observe"),
+    ("meshant.actors",),
+    ("meshant.apps", "meshant.conformance", "meshant.sim"),
+    ("meshant.cli",),
+    ("meshant", "meshant.__main__"),
+]
+# Classes whose bases of meshant's own may be more than one: none.
+COMPOSED = ("meshant.core", "meshant.actors")
 
 
 def _modules() -> dict[str, Path]:
@@ -25,39 +41,29 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
-    """The meshant modules ``name`` imports when it is imported: module-level and
-    class-level imports, not those in functions or under ``if TYPE_CHECKING:``."""
+    """Every meshant module ``name`` imports, wherever the import is: at module level,
+    in a class, in a function, or under ``if TYPE_CHECKING:`` (a type-only import is a
+    dependency of the reader, and of mypy, all the same)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-
-    def walk(nodes: list[ast.stmt]) -> None:
-        for n in nodes:
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            if isinstance(n, ast.If) and _type_checking(n):
-                walk(n.orelse)
-                continue
-            if isinstance(n, ast.Import):
-                found.update(a.name for a in n.names)
-            elif isinstance(n, ast.ImportFrom):
-                base = n.module or ""
-                if n.level:
-                    up = package.split(".")[: len(package.split(".")) - (n.level - 1)]
-                    base = ".".join([*up, base] if base else up)
-                for a in n.names:
-                    sub = f"{base}.{a.name}"
-                    found.add(sub if sub in mods else base)
-            walk([c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt)])
-
-    walk(ast.parse(path.read_text(encoding="utf-8")).body)
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.Import):
+            found.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                up = package.split(".")[: len(package.split(".")) - (n.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for a in n.names:
+                sub = f"{base}.{a.name}"
+                found.add(sub if sub in mods else base)
     return {m for m in found if m in mods and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imports(name, path, mods) for name, path in mods.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -95,26 +101,79 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return out
 
 
-def test_no_module_is_over_600_lines() -> None:
-    lines = {name: len(path.read_text(encoding="utf-8").splitlines())
-             for name, path in _modules().items()}
-    long = {name: n for name, n in lines.items() if n > MAX_LINES}
-    assert set(long) - TOO_LONG == set(), f"over {MAX_LINES} lines: {long}"
-    fixed = {name for name in TOO_LONG if lines.get(name, 0) <= MAX_LINES}
-    assert not fixed, f"no longer over {MAX_LINES} lines: drop {fixed} from TOO_LONG"
+def _layer(module: str) -> int:
+    best, level = -1, -1
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > best:
+                best, level = len(n), i
+    assert level >= 0, f"{module} is in no layer: add its package to LAYERS"
+    return level
 
 
-def test_no_import_cycles_among_meshant_modules() -> None:
-    mods = _modules()
-    graph = {name: _imports(name, path, mods) for name, path in mods.items()}
+def test_no_import_cycles_of_any_kind() -> None:
+    graph = _graph()
     assert len(graph) > 40 and graph["meshant.core.scheduler"]  # the parse found them
     cycles = _cycles(graph)
     assert cycles == [], f"import cycles: {[sorted(c) for c in cycles]}"
 
 
-def test_cycle_finder_finds_a_cycle() -> None:
+def test_layers_only_look_down() -> None:
+    upward = sorted(f"{m} -> {d}" for m, deps in _graph().items() for d in deps
+                    if _layer(d) > _layer(m))
+    assert upward == [], f"imports from a higher layer: {upward}"
+
+
+def test_the_finders_find() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [frozenset({"a", "b", "c"})]
+    tree = ast.parse("def f():\n    from meshant.core import queen\n")
+    mods = {"meshant.core.queen": Path(), "meshant.x": Path()}
+    path = PACKAGE / "x.py"
+    assert "meshant.core.queen" in _imports_of(tree, mods, path)
+    assert _layer("meshant.core.queen") < _layer("meshant.actors.queen")
+
+
+def _imports_of(tree: ast.Module, mods: dict[str, Path], path: Path) -> set[str]:
+    found: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module:
+            for a in n.names:
+                sub = f"{n.module}.{a.name}"
+                found.add(sub if sub in mods else n.module)
+    return found
+
+
+def test_core_and_actor_classes_have_one_base_of_their_own_at_most() -> None:
+    """Objects that own their state, composed: no partial classes mixed together
+    (protocols, generics and the standard library's bases aside)."""
+    mixed = []
+    for name, path in _modules().items():
+        if not name.startswith(COMPOSED):
+            continue
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(n, ast.ClassDef):
+                continue
+            own = [ast.unparse(b) for b in n.bases
+                   if ast.unparse(b) not in ("Protocol", "Exception", "Future", "StrEnum",
+                                             "Generic")
+                   and not ast.unparse(b).startswith(("Protocol[", "Generic[", "Future["))]
+            if len(own) > 1:
+                mixed.append(f"{name}.{n.name}({', '.join(own)})")
+    assert mixed == []
+
+
+def test_no_type_checking_stubs_of_a_hosts_state() -> None:
+    """The smell the composed core removed: a class re-declaring, for the type checker,
+    attributes another class gives it at run time."""
+    stubs = []
+    for name, path in _modules().items():
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ClassDef):
+                for b in n.body:
+                    if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test):
+                        stubs.append(f"{name}.{n.name}")
+    assert stubs == []
 
 
 def test_every_error_code_is_a_code() -> None:
@@ -124,3 +183,17 @@ def test_every_error_code_is_a_code() -> None:
     for cls in classes:
         assert cls.code in set(Code), cls
     assert issubclass(meshant.ProtocolError, meshant.MeshantError)
+
+
+def test_errors_are_grouped_by_remedy() -> None:
+    e = meshant.errors
+    groups = (e.RetryLater, e.BadInput, e.TaskOutcome, e.Timeout, e.ConfigError,
+              e.JournalError)
+    leaves = [c for c in vars(e).values() if isinstance(c, type)
+              and issubclass(c, e.MeshantError) and c is not e.MeshantError
+              and c not in groups]
+    assert leaves and all(issubclass(c, groups) for c in leaves)
+    assert issubclass(e.Timeout, TimeoutError) and issubclass(e.QueenUnreachable, e.Timeout)
+    assert issubclass(meshant.ProtocolError, e.BadInput)
+    assert e.from_error_body({"code": "queue-full"}).__class__ is e.QueueFull
+    assert isinstance(e.from_error_body({"code": "unknown-task"}), e.BadInput)

@@ -247,12 +247,31 @@ def test_hung_forager_is_avoided_but_a_restarted_one_is_not() -> None:
     hung = c.forager("f1", identity=b"conn-1")
     c.submit("t")
     c.step()
+    busy = c.forager("f2")  # another forager could take it, once free
+    c.submit("blocker", to="f2")
+    assert c.assigns(c.step()) == [("f2", "blocker")]
+    c.s.renew(busy, ["blocker.1"], c.now + 1.5)
     assert c.assigns(c.step(1.5)) == []  # the hung forager is not given its task again
     assert c.s.tasks["t"].state == QUEUED
     c.reg.remove(hung, c.now)
     c.s.forager_lost(hung, c.now)
     c.forager("f1", identity=b"conn-2")  # the same forager restarted: a new connection
     assert c.assigns(c.step()) == [("f1", "t")]
+
+
+def test_a_task_only_its_avoided_forager_can_take_goes_back_to_it() -> None:
+    # Found by the simulator (seed 1754): a task sent to f1 by name was reissued when f1
+    # went silent for a moment; f1 came back on the same connection, which the task
+    # avoided, and no other forager may take it: it waited for ever.
+    c = Colony(assign_timeout=1.0)
+    c.forager("f1", slots=2, identity=b"conn-1")
+    c.forager("f2")
+    c.submit("t", to="f1")
+    c.submit("u", labels={"gpu": True})
+    c.s.registry.by_name["f1"].labels = {"gpu": True}
+    c.step()
+    assert c.assigns(c.step(1.5)) == [("f1", "t"), ("f1", "u")]  # each back, attempt 2
+    assert c.s.tasks["t"].attempt == 2 and c.s.tasks["u"].attempt == 2
 
 
 def test_queue_full_changes_nothing() -> None:

@@ -570,8 +570,8 @@ class Client(Peer):
                 self._detach(att)
 
     def _on_graph_result(self, msg: p.Message) -> None:
-        self._cs.graph_ended(msg.b["graph"])
-        self._graphs.on_result(msg)
+        if self._cs.graph_ended(msg.b["graph"]):
+            self._graphs.on_result(msg)
 
     def _on_reply(self, msg: p.Message) -> None:
         fut = self._requests.get(msg.ref or "")

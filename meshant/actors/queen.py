@@ -25,6 +25,7 @@ from meshant.actors import _zmqio as _zio
 from meshant.actors._reads import Reads
 from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
+from meshant.core.lease import Hint, Roles, StepDown, TakeOver
 from meshant.core.memory import MemoryStore
 from meshant.core.queen import (
     GraphRecord,
@@ -43,8 +44,7 @@ from meshant.core.scheduler import Scheduler
 from meshant.errors import ConfigError, MeshantError
 from meshant.observe import tracing
 from meshant.storage import JournalError, is_postgres, open_journal
-from meshant.storage.conversation import batch as conversation_batch
-from meshant.storage.graphs import batch as graph_batch
+from meshant.storage.commit import commit
 from meshant.storage.leadership import Leadership
 
 # Messages read per loop turn at most. 16 against 1,000 before: pipelined throughput
@@ -132,9 +132,8 @@ class Queen:
             self._reads = Reads(self.journal, opener, self._waker.wake)
         now = time.monotonic()
         self._wall_offset = time.time() - now
-        self._leading = self.leadership is None
-        self._hinted: tuple[int, Any] = (-1, None)
-        self.core = self._new_core(now, restore=self._leading)
+        self._roles = Roles(leading=self.leadership is None)
+        self.core = self._new_core(now, restore=self._roles.leading)
         self.pub_hwm = c.derived_pub_hwm
         self._ctx = context or zmq.Context.instance()
         self._stop = threading.Event()
@@ -186,32 +185,25 @@ class Queen:
     @property
     def role(self) -> str:
         """``leader`` (always, without a shared journal) or ``standby``."""
-        return "leader" if self._leading else "standby"
+        return "leader" if self._roles.leading else "standby"
 
-    def _roles(self, now: float) -> None:
-        """(Loop) Follow the lease: take over, step down, or refresh the standby's hint."""
+    def _follow_lease(self, now: float) -> None:
+        """(Loop) Follow the lease: take over, step down, or refresh the standby's hint
+        (the transitions are :class:`meshant.core.lease.Roles`')."""
         ld = self.leadership
         if ld is None:
             return
-        leading = ld.valid()
-        if leading and self._leading and ld.term != self.core.term:
-            # Lost and taken back between two looks (a new term): what this core did
-            # under the old term is fenced; start again from the journal.
-            self._leading = False
-            self._take_over(now)
-        elif leading and not self._leading:
-            self._take_over(now)
-        elif not leading and self._leading:
-            self._leading = False
-            self.core = self._new_core(now, restore=False)
-            self._hinted = (ld.term, ld.leader)
-            self._advertise_role()
-            log.warning("queen %s is a standby now (term %d): its peers go to the leader",
-                        self.name, ld.term)
-        elif not self._leading and (ld.term, ld.leader) != self._hinted:
-            self._hinted = (ld.term, ld.leader)
-            self.core.standby = self._hint()
-            self.core.term = ld.term
+        match self._roles.step(ld.valid(), ld.term, ld.leader):
+            case TakeOver():
+                self._take_over(now)
+            case StepDown(term=term):
+                self.core = self._new_core(now, restore=False)
+                self._advertise_role()
+                log.warning("queen %s is a standby now (term %d): its peers go to the "
+                            "leader", self.name, term)
+            case Hint(term=term):
+                self.core.standby = self._hint()
+                self.core.term = term
 
     def _advertise_role(self) -> None:
         """Tell discovery the new role and term, from a thread: zeroconf waits for its
@@ -241,7 +233,7 @@ class Queen:
             self.core = self._new_core(now, restore=False)
             return
         self.core = core
-        self._leading = True
+        self._roles.took_over(ld.term)
         log.warning("queen %s takes over the colony (term %d): %d unfinished tasks, %d "
                     "memory keys restored in %.0f ms", self.name, ld.term, core.restored,
                     len(core.memory.items), (time.monotonic() - t0) * 1000)
@@ -368,7 +360,7 @@ class Queen:
                 self.leadership.start(reachable(self.endpoint), reachable(self.pub_endpoint))
                 core.standby = self._hint()
             if self.leadership is not None:
-                self._roles(time.monotonic())  # a lone queen leads before it says ready
+                self._follow_lease(time.monotonic())  # a lone queen leads before it says ready
                 core = self.core
             self._start_advertising()
             core.info = _Info(endpoint=self.endpoint, pub=self.pub_endpoint, pid=os.getpid(),
@@ -464,7 +456,7 @@ class Queen:
             if leadership is not None:
                 # Before anything is read: a queen that slept past its lease (SIGSTOP,
                 # a long pause) steps down before it acts on a single message.
-                self._roles(time.monotonic())
+                self._follow_lease(time.monotonic())
             core = self.core
             receive = core.receive
             now = time.monotonic()
@@ -472,7 +464,7 @@ class Queen:
             wait = 0.0 if answers else max(0.0, min(next_tick, next_beat) - now)
             events = dict(poller.poll(int(wait * 1000)))
             if leadership is not None:
-                self._roles(time.monotonic())  # (the poll may have slept through a pause)
+                self._follow_lease(time.monotonic())  # (the poll may have slept through a pause)
                 if self.core is not core:
                     continue
             if router in events:
@@ -511,7 +503,7 @@ class Queen:
                 core.tick(now)
             if now >= next_beat:
                 next_beat = now + hb_interval
-                if self._leading:
+                if self._roles.leading:
                     core.beat(now)
             if self.core is not core:
                 continue  # stepped down meanwhile: nothing of the old core goes out
@@ -520,7 +512,7 @@ class Queen:
                 self._carry_out(core.take())
             if obs is not None and now >= obs.next:
                 obs.publish(core, now, self._wall_offset)
-        if self._leading:
+        if self._roles.leading:
             self.core.farewell(time.monotonic())
             self._carry_out(self.core.take())
             self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
@@ -567,25 +559,17 @@ class Queen:
                     self._reads.ask(a)
             elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
                 try:
-                    if cls is Record:
-                        t0 = time.perf_counter()
-                        self.journal.record(a.tasks, self._wall_offset)
-                        if self.observer is not None:
-                            self.observer.wrote(time.perf_counter() - t0)
-                    elif cls is Remember:  # conversations: meshant.storage.conversation
-                        self.journal.write(conversation_batch(a.questions, a.updates, a.kept,
-                                                              a.unkept, a.to))
-                    elif cls is GraphRecord:  # task graphs: storage/graphs.py
-                        self.journal.write(graph_batch(a.graphs, a.nodes, self._wall_offset))
-                    else:
-                        self.journal.record_memory(a.changes)
+                    t0 = time.perf_counter()
+                    commit(self.journal, a, self._wall_offset)
+                    if cls is Record and self.observer is not None:
+                        self.observer.wrote(time.perf_counter() - t0)
                 except JournalError as e:
                     if self.leadership is None:
                         raise
                     # Deposed, or the database away past the lease: nothing after this
                     # record may leave. The journal holds the truth; the leader rebuilds.
                     self.leadership.step_down(str(e), self.core.term)
-                    self._roles(time.monotonic())
+                    self._follow_lease(time.monotonic())
                     return
 
 

@@ -95,9 +95,12 @@ class Admission:
             self.graphs.client_moved(previous.identity, identity)
         st.send(new, p.Message("welcome", decision.body(st.terms), ref=msg.id))
         # Assignments it still runs that this queen no longer holds (it restarted without
-        # them, or gave them to another forager): stop them there.
+        # them, or gave them to another forager): stop them there, and take no answer
+        # for them as the answer to a new assignment of the same id.
         for ref in stale:
             st.send(new, p.Message("task.cancel", {"task": ref.rpartition(".")[0]}, ref=ref))
+        if stale:
+            new.stale = set(stale)
         self.greet(new, now)
 
     def rehello(self, req: Request) -> None:
@@ -120,6 +123,12 @@ class Admission:
         running = body.get("running")
         if running:
             self.scheduler.renew(node, running, now)
+        if node.stale:
+            listed = set(running) if isinstance(running, list) else set()
+            node.stale &= {r for r in listed if isinstance(r, str)}
+            if not node.stale:
+                node.stale = None
+                self.scheduler.dirty = True  # (what waited for it may go to it now)
 
     def legacy(self, req: Arrival) -> None:
         """An IACP 1.1 forager registers with its first heartbeat."""

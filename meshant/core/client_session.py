@@ -132,8 +132,10 @@ class ClientSession:
         """The caller no longer waits for this task."""
         self.tasks.pop(task_id, None)
 
-    def graph_ended(self, graph_id: str) -> None:
-        self.graphs.pop(graph_id, None)
+    def graph_ended(self, graph_id: str) -> bool:
+        """A graph's end came; False if it is not a pending graph's (a repeat: the queen
+        answers a graph sent again after it ended with its end again)."""
+        return self.graphs.pop(graph_id, None) is not None
 
     # -- from the queen -------------------------------------------------------------------
 

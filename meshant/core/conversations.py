@@ -52,7 +52,9 @@ class Conversations:
         self.questions = Questions()
         self.update_logs = UpdateLogs()
         self.inboxes = Inboxes()
-        self.attached: dict[str, dict[bytes, str]] = {}
+        # Who follows each live task: its connection and the cursor it attached from (it
+        # is sent only what comes after it).
+        self.attached: dict[str, dict[bytes, int]] = {}
         self._n_attached = 0
         self._next_expiry = 0.0
         if restored is not None:
@@ -246,7 +248,7 @@ class Conversations:
         watchers = self.attached.setdefault(task.id, {})
         if req.identity not in watchers:
             self._n_attached += 1
-        watchers[req.identity] = node.name
+        watchers[req.identity] = after
 
     @staticmethod
     def _update_msg(task_id: str, seq: int, kind: str, body: dict[str, Any]) -> p.Message:
@@ -287,9 +289,11 @@ class Conversations:
                 journal.append((task.id, body["seq"], kind, body))
             watchers = self.attached.get(task.id)
             if watchers:
-                msg = self._update_msg(task.id, body["seq"], kind, body)
-                for identity in watchers:
-                    st.send_to(identity, BINARY, msg)
+                seq = body["seq"]
+                msg = self._update_msg(task.id, seq, kind, body)
+                for identity, after in watchers.items():
+                    if seq > after:
+                        st.send_to(identity, BINARY, msg)
             if final:
                 if watchers is not None:
                     self._n_attached -= len(watchers)

@@ -132,19 +132,22 @@ class ForagerSession:
 
     # -- what the hello and heartbeats say ------------------------------------------------
 
+    def _held(self) -> list[str]:
+        """Assignments it runs, and those whose final result waits to be sent."""
+        return list(self.running) + [m.ref for m in self.outbox
+                                     if m.kind == "task.result" and m.ref
+                                     and not m.b.get("partial")]
+
     def hello_fields(self) -> dict[str, Any]:
         """The forager's part of its hello: tasks still running, and finished ones whose
         results wait to be sent (a queen that knows them adopts them instead of running
-        them again)."""
-        running = list(self.running) + [m.ref for m in self.outbox
-                                        if m.kind == "task.result" and m.ref
-                                        and not m.b.get("partial")]
+        them again; one that does not takes their answers for an old run's)."""
         return {"slots": self.slots, "tools": self.tools, "labels": self.labels,
-                "running": running}
+                "running": self._held()}
 
     def hb_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"slots": self.slots, "in_flight": len(self.running),
-                                "running": list(self.running), "tools": self.tools}
+                                "running": self._held(), "tools": self.tools}
         if self.draining:
             body["state"] = "draining"
         return body

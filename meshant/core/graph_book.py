@@ -206,13 +206,18 @@ class GraphBook:
     def _start(self, g: Graph, n: GNode, now: float) -> None:
         sched = self.scheduler
         tid = task_id(g.id, n.name)
-        known = (sched.find_live(tid) or self._finals.get(tid)) if (
-            self._finals is not None) else None
+        known = sched.find_live(tid) or (
+            self._finals.get(tid) if self._finals is not None else None)
         if known is not None:
-            # Its task exists already (a restart between journal writes): the same node.
+            # Its task exists already: a restart between journal writes, found again as
+            # the graph is restored, or as its client sends the graph again (the queen
+            # died after the node's task was written, before the graph was). The same
+            # node: its results go to the graph's client.
             n.state = RUNNING
             self._touch(g, n)
-            if known.final is not None:
+            if known.final is None:
+                known.client, known.client_name = g.client, g.client_name
+            else:
                 self.on_final(known)
             return
         nodes = g.nodes

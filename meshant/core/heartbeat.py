@@ -82,7 +82,10 @@ class HeartbeatMonitor:
         due = math.inf
         for key, p in self._peers.items():
             if p.online:
-                if now - p.last >= p.timeout:
+                # The same sum as next_deadline: at that very instant, it is due (a
+                # difference could round below the timeout, and the wakeup would be
+                # wasted: in the simulator, repeated for ever at one virtual time).
+                if now >= p.last + p.timeout:
                     p.online = False
                     gone.append(key)
                 elif p.last + p.timeout < due:

@@ -19,6 +19,7 @@ out, in order, with ``take()``. It reads no clock and touches no socket or datab
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -61,19 +62,21 @@ class QueenCore:
     """The queen's decisions, driven by method calls and a clock argument.
 
     ``restored``: what the journal holds (a queen with a journal, restarted or not);
-    None: no journal (nothing is recorded, nothing read)."""
+    None: no journal (nothing is recorded, nothing read). ``rng``: the randomness of
+    retry delays (the simulator seeds it)."""
 
     def __init__(self, config: QueenConfig, *, epoch: str, wall_offset: float = 0.0,
                  authorized: Grants | None = None, restored: Restored | None = None,
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, rng: random.Random | None = None) -> None:
         c = self.config = config
         self.registry = Registry(c.hb_interval, c.hb_misses, c.max_peers)
         st = self.state = QueenState(c, self.registry, epoch=epoch, wall_offset=wall_offset,
                                      authorized=authorized, now=now)
         self.out = st.out
+        backoff = Backoff(c.retry_base, c.retry_cap, rng or random.Random())
         sched = self.scheduler = Scheduler(
             self.registry, st.out, assign_timeout=c.assign_timeout, max_queue=c.max_queue,
-            default_wait=c.no_forager_wait, backoff=Backoff(c.retry_base, c.retry_cap),
+            default_wait=c.no_forager_wait, backoff=backoff,
             breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown)
         self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to)
         self.index = ArchiveIndex(restored.names) if restored is not None else None

@@ -41,6 +41,12 @@ class Node:
     state: str = ACTIVE
     # Slots taken: kept by the scheduler, which owns what runs where (the attempts).
     busy: int = 0
+    # Assign ids this forager said (in its hello) it still runs or holds a result of,
+    # which this queen did not give it (it restarted without them): the answers that
+    # come for them are an old run's, never the answer to an assignment this queen
+    # makes under the same id (a re-sent task's attempt 1 again). Cleared as each is
+    # answered, or no longer listed in a heartbeat.
+    stale: set[str] | None = None
     load: float | None = None
     timeout: float = 0.0
     session: str = ""

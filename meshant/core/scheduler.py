@@ -266,6 +266,9 @@ class Scheduler:
     def submit(self, task: Task, now: float) -> Task:
         """Queue a new task (its id is new: the caller checked). Raises QueueFull and
         changes nothing then."""
+        if task.id in self.tasks:
+            # Two live tasks of one id would both run and both be journaled: a bug.
+            raise RuntimeError(f"task {task.id} exists already")
         if self.queued >= self.max_queue:
             raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
         task.order = next(self._order)
@@ -556,31 +559,55 @@ class Scheduler:
     # -- assignment -----------------------------------------------------------------------
 
     def _pick(self, task: Task) -> Node | None:
+        """The least loaded forager with a free slot that may take ``task`` now. One the
+        task's earlier attempts went wrong on (``avoid``) takes it only when no other
+        forager could ever take it (it is the one the task names, or the only one with
+        its labels): avoiding it then would leave the task waiting for ever."""
         best: Node | None = None
         best_load = 2.0
         by_name = self.registry.by_name
         names: Iterable[str] = self.registry.by_tool.get(task.capability, ())
         if task.to is not None:
             names = (task.to,) if task.to in names else ()
-        breakers = self.breakers
-        now = self._now
+        avoided: list[Node] | None = None
+        others = False
         for name in names:
             node = by_name[name]
-            if node.state != ACTIVE or (task.avoid and node.identity in task.avoid):
-                continue
-            if not breakers.forager_allows(name, now):
-                continue  # its circuit is open: it keeps failing
-            busy = node.busy
-            if busy >= node.slots:
+            if node.state != ACTIVE:
                 continue
             if task.labels and any(node.labels.get(k) != v for k, v in task.labels.items()):
                 continue
-            load = busy / node.slots
-            if load < best_load:
+            if task.avoid and node.identity in task.avoid:
+                if avoided is None:
+                    avoided = []
+                avoided.append(node)
+                continue
+            others = True
+            load = self._load(task, node)
+            if load is not None and load < best_load:
                 best, best_load = node, load
-                if busy == 0:
+                if load == 0.0:
                     break
+        if best is None and avoided and not others:
+            rejected = task.rejected
+            for node in avoided:
+                if rejected and node.identity in rejected:
+                    continue  # it said no: that stands
+                load = self._load(task, node)
+                if load is not None and load < best_load:
+                    best, best_load = node, load
         return best
+
+    def _load(self, task: Task, node: Node) -> float | None:
+        """How loaded ``node`` is (0.0-1.0), or None if it cannot take ``task`` now."""
+        if not self.breakers.forager_allows(node.name, self._now):
+            return None  # its circuit is open: it keeps failing
+        busy = node.busy
+        if busy >= node.slots:
+            return None
+        if node.stale and f"{task.id}.{task.attempt + 1}" in node.stale:
+            return None  # an old run there still answers to that id
+        return busy / node.slots
 
     def _has_capacity(self, capability: str) -> bool:
         by_name = self.registry.by_name

@@ -246,6 +246,16 @@ class TaskService:
         if self._refused(req, result_problem(body, req.codec), ref,
                          "progress" if body.get("partial") else None):
             return
+        stale = req.node.stale
+        if stale and ref in stale:
+            # An old run's answer (see Node.stale): dropped, as a duplicate.
+            if not body.get("partial"):
+                stale.discard(ref)
+                if not stale:
+                    req.node.stale = None
+                    self.scheduler.dirty = True
+                self.scheduler.counters["duplicates"] += 1
+            return
         att = self.attempt(req, ref)
         if att is not None:
             self.scheduler.result(att, body, req.now)

@@ -83,6 +83,11 @@ class IdMaker:
     def __call__(self) -> str:
         return f"{self.prefix}{self._next():x}"
 
+    def reset(self, prefix: str) -> None:
+        """Start again from 1 under ``prefix`` (the simulator: the same ids in a replay)."""
+        self.prefix = prefix
+        self._next = itertools.count(1).__next__
+
 
 new_id = IdMaker()
 _new = object.__new__

@@ -118,12 +118,15 @@ class Journal(JournalReader):
     journal's own, on its own connection, checkpoints the WAL and prunes (see ``retain``)."""
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 wal_limit: int = WAL_LIMIT, durability: str = "process") -> None:
+                 wal_limit: int = WAL_LIMIT, durability: str = "process",
+                 connection: sqlite3.Connection | None = None) -> None:
         """Open (or create) a journal. ``readonly``: for inspecting one a queen may be
         using (no lock taken, nothing written). ``wal_limit``: see ``WAL_LIMIT``.
         ``durability``: ``process`` (WAL, ``synchronous=NORMAL``: a killed queen loses
         nothing committed; a power cut may lose the last commits) or ``power``
-        (``synchronous=FULL``: the WAL is fsynced at every commit, one a loop turn)."""
+        (``synchronous=FULL``: the WAL is fsynced at every commit, one a loop turn).
+        ``connection``: an open in-memory database to use (``path`` ``:memory:``), kept
+        open on ``close``: the simulator's disk, which outlives a killed queen."""
         self.path = str(path)
         self.wal_limit = wal_limit
         self._size_limit = min(JOURNAL_SIZE_LIMIT, wal_limit)
@@ -136,8 +139,15 @@ class Journal(JournalReader):
         self._retain: tuple[float, int, float] | None = None
         if self.path != ":memory:" and not readonly:
             self._lock()
+        self._own_db = connection is None
+        if connection is not None:
+            # The tables may be there already: a journal opened again on the same disk.
+            existed = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone() is not None
         try:
-            if readonly:
+            if connection is not None:
+                self.db = connection
+            elif readonly:
                 self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
                                           isolation_level=None, check_same_thread=False)
             else:
@@ -433,6 +443,8 @@ class Journal(JournalReader):
             self._stop.set()
             self._wake.set()
             self._checkpointer.join(5)
+        if not self._own_db:
+            return  # the connection is its owner's (the simulator's disk)
         try:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:

@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meshant.core.lease import LEADER, LeaseHold
 from meshant.storage.pg import PgJournal, connect
 
 log = logging.getLogger("meshant.queen")
-
-LEADER = "leader"
-STANDBY = "standby"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +50,9 @@ class Leadership:
         self.endpoint = ""
         self.pub = ""
         self.on_change = on_change
-        self.role = STANDBY
-        self.term = 0
+        self.hold = LeaseHold(lease)  # the rules: core/lease.py
         self.leader: LeaderInfo | None = None
         self.error = ""  # the database's last complaint, while it is away
-        self._valid_until = 0.0
-        self._margin = min(0.5, lease / 5)
         self._stop = threading.Event()
         self._conn: Any = None
         self._thread: threading.Thread | None = None
@@ -72,9 +67,17 @@ class Leadership:
         self._thread = threading.Thread(target=self._run, name="meshant-lease", daemon=True)
         self._thread.start()
 
+    @property
+    def role(self) -> str:
+        return self.hold.role
+
+    @property
+    def term(self) -> int:
+        return self.hold.term
+
     def valid(self) -> bool:
         """Whether this queen may act as leader now (its lease surely still holds)."""
-        return self.role == LEADER and time.monotonic() < self._valid_until
+        return self.hold.valid(time.monotonic())
 
     def stop(self, release: bool = True) -> None:
         """Stop; a leader hands the lease back, so a standby takes over at once."""
@@ -99,8 +102,7 @@ class Leadership:
         """(Any thread) This queen is no leader any more (deposed, lapsed, or its journal
         refused a write). With ``term``: only if that is still the term held (a failure
         of an older term must not end a newer one)."""
-        if self.role == LEADER and (term is None or term == self.term):
-            self.role = STANDBY
+        if self.hold.lost(term):
             self.leader = None  # who leads now: the next round reads it
             log.warning("queen %s steps down (term %d): %s", self.name, self.term,
                         " ".join(why.split()))  # (libpq's messages span lines)
@@ -130,7 +132,7 @@ class Leadership:
                 except Exception:
                     pass
                 self._conn = None
-        if self.role == LEADER and time.monotonic() >= self._valid_until:
+        if self.role == LEADER and not self.valid():
             self.step_down("its lease could not be renewed in time "
                            f"({self.error or 'no answer'})")
 
@@ -156,10 +158,8 @@ class Leadership:
             (self.holder, self.name, self.endpoint, self.pub, self.lease,
              self.holder)).fetchone()
         if row is not None:
-            self.term = int(row[0])
-            self._valid_until = sent + self.lease - self._margin
+            self.hold.won(int(row[0]), sent)
             self.leader = LeaderInfo(self.term, self.name, self.endpoint, self.pub, True)
-            self.role = LEADER
             log.warning("queen %s leads the colony (term %d)", self.name, self.term)
             self.on_change()
             return
@@ -177,4 +177,4 @@ class Leadership:
         if row is None:
             self.step_down("another queen took the lease")
             return
-        self._valid_until = sent + self.lease - self._margin
+        self.hold.renewed(sent)

@@ -1,0 +1,91 @@
+"""What the simulator saw happen, kept to check the colony's promises against: what was
+submitted, what each handler produced, what each submitter was told, who led when."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Run:
+    """One handler run: of ``task``'s attempt ``attempt``, on ``forager``, assigned by
+    queen life ``life`` (``name@incarnation``)."""
+
+    uid: int
+    task: str
+    attempt: int
+    forager: str
+    ref: str
+    life: str
+
+
+@dataclass(slots=True)
+class Submission:
+    task: str
+    client: str
+    capability: str
+    payload: Any
+    priority: int = 50
+    key: str | None = None
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class Kept:
+    """A directed message sent to a name that was not connected."""
+
+    id: str
+    to: str
+    frm: str
+    receipt: bool
+    deliveries: int = 0
+    receipts: list[str] = field(default_factory=list)
+
+
+class Violation(Exception):
+    """A promise broken: ``invariant`` names it."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+class Ledger:
+    """Everything the invariants need, filled in by the simulated processes."""
+
+    def __init__(self) -> None:
+        self.submissions: dict[str, Submission] = {}
+        self.outcomes: dict[str, list[dict[str, Any]]] = {}
+        self.runs: dict[int, Run] = {}
+        self.graphs: dict[str, str] = {}  # graph id -> its client
+        self.graph_outcomes: dict[str, list[dict[str, Any]]] = {}
+        self.kept: dict[str, Kept] = {}
+        self.terms: dict[int, str] = {}  # leadership term -> the queen granted it
+        self.restored: dict[str, set[tuple[str, int]]] = {}  # queen life -> adoptable
+        self.answers: int = 0
+        self.writes = 0
+
+    def fail(self, invariant: str, detail: str) -> None:
+        raise Violation(invariant, detail)
+
+    def kept_delivered(self, msg: Any, to: str) -> None:
+        """A directed message reached ``to``: at most once."""
+        k = self.kept.get(msg.id)
+        if k is None:
+            return
+        k.deliveries += 1
+        if k.deliveries > 1:
+            self.fail("inbox-once", f"message {msg.id} for {k.to} was delivered "
+                      f"{k.deliveries} times")
+
+    def outcome(self, task: str, body: dict[str, Any]) -> None:
+        got = self.outcomes.setdefault(task, [])
+        got.append(body)
+        if len(got) > 1:
+            self.fail("one-outcome", f"task {task} was given {len(got)} final outcomes: "
+                      f"{[b.get('state', b.get('code')) for b in got]}")
+
+
+__all__ = ["Kept", "Ledger", "Run", "Submission", "Violation"]

@@ -1,0 +1,495 @@
+"""A queen in the simulator: the real :class:`~meshant.core.queen.QueenCore` and the real
+journal code (SQLite in memory: the disk, which outlives a killed queen), driven as the
+queen actor drives them, over the simulated network and clock.
+
+With a :class:`LeaseStore` several queens share the disk and one leads: each follows its
+lease with the real rules (:mod:`meshant.core.lease`), and every journal write is fenced
+by the term, as a PostgreSQL journal fences it.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from meshant import protocol as p
+from meshant.actors._reads import answer
+from meshant.core.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
+from meshant.core.outbox import Deliver, Publish, Read, Send
+from meshant.core.queen import QueenConfig, QueenCore
+from meshant.core.reads import PER_PEER
+from meshant.core.registry import Node
+from meshant.core.tasks import QUEUED, Task
+from meshant.errors import Deposed
+from meshant.sim.ledger import Ledger
+from meshant.sim.world import Clock, Net
+from meshant.storage.commit import commit
+from meshant.storage.journal import Journal
+
+WALL = 1.0e9  # the simulated wall clock: virtual time plus this
+TICK = 0.05
+
+
+class LeaseStore:
+    """The shared database's lease row and fence, with PostgreSQL's rules
+    (``meshant.storage.leadership`` and the ``fence`` function of ``storage/pg.py``), on
+    the store's own clock."""
+
+    def __init__(self, lease: float, ledger: Ledger) -> None:
+        self.lease = lease
+        self.term = 0
+        self.holder = ""
+        self.expires = float("-inf")
+        self.ledger = ledger
+
+    def acquire(self, holder: str, now: float) -> int | None:
+        """A standby's attempt: once the lease lapsed, or at once by its own holder."""
+        if self.expires < now or self.holder == holder:
+            self.term += 1
+            self.holder = holder
+            self.expires = now + self.lease
+            if self.term in self.ledger.terms:
+                self.ledger.fail("one-leader-per-term", f"term {self.term} granted twice")
+            self.ledger.terms[self.term] = holder
+            return self.term
+        return None
+
+    def renew(self, holder: str, term: int, now: float) -> bool:
+        if self.term == term and self.holder == holder:
+            self.expires = now + self.lease
+            return True
+        return False
+
+    def release(self, holder: str, term: int) -> None:
+        if self.term == term and self.holder == holder:
+            self.expires = float("-inf")
+
+    def fenced(self, term: int) -> bool:
+        """A write of ``term`` may go in (the transaction's first statement)."""
+        return term == self.term
+
+
+class SimQueen:
+    """One queen process: started, killed, paused, restarted by the faults."""
+
+    def __init__(self, name: str, config: QueenConfig, *, clock: Clock, net: Net,
+                 ledger: Ledger, rng: random.Random, disk: sqlite3.Connection,
+                 log: Callable[[str], None], store: LeaseStore | None = None,
+                 queens: list[str] | None = None) -> None:
+        self.name = name
+        self.config = config
+        self.clock = clock
+        self.net = net
+        self.ledger = ledger
+        self.rng = rng
+        self.disk = disk
+        self.log = log
+        self.store = store
+        self.all_queens = queens or [name]
+        self.incarnation = 0
+        self.up = False
+        self.paused_until = 0.0
+        self.core: QueenCore | None = None
+        self.journal: Journal | None = None
+        self.hold = LeaseHold(store.lease) if store is not None else None
+        self.roles = Roles(leading=store is None)
+        self._held: deque[Callable[[], None]] = deque()  # what came while paused
+        self.crash_after: int | None = None  # armed: die after this many more actions
+        self.on_crash: Callable[[SimQueen], None] = lambda q: None
+
+    @property
+    def life(self) -> str:
+        return f"{self.name}@{self.incarnation}"
+
+    @property
+    def leading(self) -> bool:
+        return self.roles.leading and self.core is not None and self.core.standby is None
+
+    # -- life and death -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self.up = True
+        self.paused_until = 0.0
+        self._held.clear()
+        self.journal = Journal(":memory:", connection=self.disk)
+        if self.hold is not None:
+            self.hold = LeaseHold(self.hold.lease)
+            self.roles = Roles(leading=False)
+        self.core = self._core(restore=self.roles.leading)
+        self.log(f"{self.life} starts ({'leader' if self.roles.leading else 'standby'})")
+        life = self.incarnation
+        self._every(TICK, life, self._tick)
+        self._every(self.config.hb_interval, life, self._beat)
+        if self.store is not None:
+            self._every(self.store.lease / 4, life, self._lease_round)
+            self._lease_round()
+
+    def revive(self) -> None:
+        """Start again, unless up already."""
+        if not self.up:
+            self.start()
+
+    def kill(self) -> None:
+        """kill -9: the process is gone; what it had not committed is lost."""
+        if not self.up:
+            return
+        self.log(f"{self.life} is killed")
+        self.up = False
+        self.core = None
+        self.journal = None
+        self._held.clear()
+        self.on_crash(self)
+
+    def pause(self, seconds: float) -> None:
+        """SIGSTOP for ``seconds``: nothing is handled; what comes waits."""
+        if not self.up:
+            return
+        self.log(f"{self.life} is paused for {seconds:.2f} s")
+        self.paused_until = self.clock.now + seconds
+        life = self.incarnation
+        self.clock.at(self.paused_until, lambda: self._resume(life))
+
+    def _resume(self, life: int) -> None:
+        if not self.up or self.incarnation != life or self.clock.now < self.paused_until:
+            return
+        self.log(f"{self.life} resumes ({len(self._held)} events waited)")
+        held, self._held = self._held, deque()
+        while held and self.up and self.incarnation == life:
+            held.popleft()()
+
+    def _every(self, period: float, life: int, fn: Callable[[], None]) -> None:
+        def again() -> None:
+            if not self.up or self.incarnation != life:
+                return
+            self._when_running(fn)
+            self.clock.after(period, again)
+        self.clock.after(period * self.rng.uniform(0.5, 1.0), again)
+
+    def _when_running(self, fn: Callable[[], None]) -> None:
+        if self.clock.now < self.paused_until:
+            self._held.append(fn)
+        else:
+            fn()
+
+    # -- the core -------------------------------------------------------------------------
+
+    def _core(self, restore: bool) -> QueenCore:
+        term = self.hold.term if self.hold is not None else 0
+        epoch = f"t{term}-{self.life}" if self.store is not None else self.life
+        assert self.journal is not None
+        core = QueenCore(self.config, epoch=epoch, wall_offset=WALL,
+                         restored=self.journal.restored() if restore else None,
+                         now=self.clock.now, rng=random.Random(self.rng.random()))
+        core.term = term
+        if restore:
+            self.ledger.restored[self.life] = {
+                (att.task.id, att.number) for att in core.scheduler.held.values()}
+        else:
+            core.standby = self._hint()
+        return core
+
+    def _hint(self) -> dict[str, Any]:
+        store = self.store
+        leader = store.holder if store is not None and store.expires > self.clock.now else ""
+        hint: dict[str, Any] = {"role": "standby", "queen": self.name,
+                                "term": store.term if store is not None else 0}
+        if leader and leader != self.name:
+            hint["leader"] = leader
+            hint["message"] = f"queen {self.name!r} is a standby: queen {leader!r} leads"
+        else:
+            hint["message"] = f"queen {self.name!r} is a standby and no queen leads right now"
+        return hint
+
+    def _follow_lease(self) -> None:
+        """Before anything is handled, as the actor does: take over, step down, hint."""
+        hold, store = self.hold, self.store
+        if hold is None or store is None:
+            return
+        now = self.clock.now
+        leader = store.holder if store.expires > now else ""
+        match self.roles.step(hold.valid(now), hold.term, leader):
+            case TakeOver(term=term):
+                self.journal = Journal(":memory:", connection=self.disk)  # fresh chains
+                self.core = self._core(restore=True)
+                self.roles.took_over(term)
+                self.log(f"{self.life} takes over (term {term}): "
+                         f"{self.core.restored} unfinished tasks")
+            case StepDown(term=term):
+                self.core = self._core(restore=False)
+                self.log(f"{self.life} steps down (term {term})")
+            case Hint():
+                assert self.core is not None
+                self.core.standby = self._hint()
+
+    def _lease_round(self) -> None:
+        hold, store = self.hold, self.store
+        if hold is None or store is None:
+            return
+        sent = self.clock.now
+        life = self.incarnation
+        leading = hold.role == "leader"
+        term = hold.term
+
+        def at_store() -> None:
+            now = self.clock.now
+            if leading:
+                ok = store.renew(self.name, term, now)
+                won = None
+            else:
+                won = store.acquire(self.name, now)
+                ok = won is not None
+
+            def reply() -> None:
+                if not self.up or self.incarnation != life:
+                    return
+                self._when_running(lambda: self._lease_reply(leading, ok, won, sent))
+            self.clock.after(self.net._delay(), reply)
+        self.clock.after(self.net._delay(), at_store)
+
+    def _lease_reply(self, leading: bool, ok: bool, won: int | None, sent: float) -> None:
+        hold = self.hold
+        assert hold is not None
+        if won is not None:
+            hold.won(won, sent)
+        elif leading and ok and hold.role == "leader":
+            hold.renewed(sent)
+        elif leading and not ok:
+            hold.lost()
+        if hold.role == "leader" and not hold.valid(self.clock.now):
+            hold.lost()
+        self._follow_lease()
+        self._turn()
+
+    # -- events in ------------------------------------------------------------------------
+
+    def deliver(self, identity: bytes, frames: list[bytes]) -> None:
+        life = self.incarnation
+
+        def handle() -> None:
+            if not self.up or self.incarnation != life or self.core is None:
+                return
+            self._follow_lease()
+            core = self.core
+            if core is None:
+                return
+            if core.reads.peers and core.reads.held(identity):
+                waiting = len(core.reads.peers[identity])
+                if waiting >= PER_PEER:
+                    self.ledger.fail("bounded", f"{waiting} messages wait behind a read")
+            core.receive([identity, *frames], None, self.clock.now)
+            self._turn()
+        self._when_running(handle)
+
+    def _tick(self) -> None:
+        if self.core is None:
+            return
+        self._follow_lease()
+        self.core.tick(self.clock.now)
+        self._turn()
+
+    def _beat(self) -> None:
+        if self.core is not None and self.leading:
+            self.core.beat(self.clock.now)
+            self._turn()
+
+    # -- a turn's end: invariants, then what the core decided -----------------------------
+
+    def _turn(self) -> None:
+        core = self.core
+        if core is None:
+            return
+        now = self.clock.now
+        self._check_results(core)
+        core.end_turn(now)
+        actions = core.take()
+        self._check_assigns(core, actions)
+        self._check_bounds(core)
+        self._carry_out(core, actions)
+
+    def _carry_out(self, core: QueenCore, actions: list[Any]) -> None:
+        net, life = self.net, self.incarnation
+        for a in actions:
+            if self.crash_after is not None:
+                if self.crash_after <= 0:
+                    self.crash_after = None
+                    self.kill()
+                    return
+                self.crash_after -= 1
+            match a:
+                case Send(identity=identity, codec=codec, msg=msg):
+                    self._check_acting(msg)
+                    try:
+                        frames = p.encode_for(msg, codec)
+                    except p.ProtocolError:
+                        continue
+                    if not net.send_down(self.name, identity, frames):
+                        core.counters["dropped_sends"] += 1
+                case Publish(topic=topic, frames=frames):
+                    net.publish(self.name, topic, frames)
+                case Read():
+                    self._read(a, life)
+                case _:
+                    if not self._write(a):
+                        return
+
+    def _write(self, action: Any) -> bool:
+        """A journal action, fenced by the term when queens share the journal."""
+        store, hold = self.store, self.hold
+        if store is not None and hold is not None and not store.fenced(hold.term):
+            self.log(f"{self.life} is deposed: its write is fenced off (term {hold.term}, "
+                     f"the store's {store.term})")
+            hold.lost(hold.term)
+            self._follow_lease()
+            return False
+        assert self.journal is not None
+        try:
+            commit(self.journal, action, WALL)
+        except Deposed:
+            return False
+        self.ledger.writes += 1
+        return True
+
+    def _read(self, read: Read, life: int) -> None:
+        journal = self.journal
+
+        def done() -> None:
+            if not self.up or self.incarnation != life or self.core is None:
+                return
+
+            def handle() -> None:
+                core = self.core
+                if core is None:
+                    return
+                value = answer(journal, read)
+                if read.what == "names":
+                    core.fetched_names(value)
+                else:
+                    core.fetched(read.token, value, self.clock.now)
+                self._turn()
+            self._when_running(handle)
+        self.clock.after(self.rng.uniform(0.0001, 0.003), done)
+
+    # -- invariants -----------------------------------------------------------------------
+
+    def _check_acting(self, msg: p.Message) -> None:
+        """A queen acts only while it holds the term the store holds (a deposed leader
+        answers only not-leader)."""
+        store, hold, core = self.store, self.hold, self.core
+        if store is None or hold is None or core is None or core.standby is not None:
+            return  # (a standby's core answers errors only, and changes nothing)
+        if store.term != hold.term or store.holder != self.name:
+            self.ledger.fail("acted-while-deposed", f"{self.life} sent {msg.kind} under term "
+                             f"{hold.term} while the store's term is {store.term} "
+                             f"({store.holder})")
+
+    def _check_results(self, core: QueenCore) -> None:
+        """A result accepted now is the current attempt's own: a run of that attempt
+        this queen assigned, or one it restored from the journal and adopted."""
+        for w in core.out.work:
+            if not isinstance(w, Deliver) or w.kind != "task.result":
+                continue
+            body = w.body
+            if body.get("partial") or body.get("state") != "completed":
+                continue
+            result = body.get("result")
+            uid = result.get("run") if isinstance(result, dict) else None
+            if not isinstance(uid, int):
+                continue
+            run = self.ledger.runs.get(uid)
+            task = w.task.id
+            if run is None or run.task != task:
+                self.ledger.fail("handler-own-result", f"task {task}'s result came from "
+                                 f"run {uid}, not a run of it")
+                continue
+            if run.attempt != body.get("attempt"):
+                self.ledger.fail("superseded-attempt", f"task {task} finished as attempt "
+                                 f"{body.get('attempt')} with the result of attempt "
+                                 f"{run.attempt} (run {uid} on {run.forager})")
+            if run.life != self.life and (task, run.attempt) not in self.ledger.restored.get(
+                    self.life, set()):
+                self.ledger.fail("superseded-attempt", f"{self.life} accepted for task "
+                                 f"{task} the result of run {uid}, assigned by {run.life}: "
+                                 "an assignment this queen never made nor adopted")
+
+    def _check_assigns(self, core: QueenCore, actions: list[Any]) -> None:
+        """Ready tasks leave in priority order; a graph node runs only once everything it
+        waits for completed; never more in flight than a forager's slots."""
+        sched = core.scheduler
+        for a in actions:
+            if not isinstance(a, Send) or a.msg.kind not in ("task.assign", "task.assigns"):
+                continue
+            node = core.registry.by_id.get(a.identity)
+            if node is None:
+                continue
+            bodies = a.msg.b["assigns"] if a.msg.kind == "task.assigns" else [a.msg.b]
+            for b in bodies:
+                task = sched.tasks.get(b["task"])
+                if task is None:
+                    continue
+                better = _better_queued(sched.tasks.values(), task, node)
+                if better is not None:
+                    self.ledger.fail("priority-order", f"{b['task']} (priority "
+                                     f"{task.priority}) went to {node.name} while {better.id}"
+                                     f" (priority {better.priority}) waited for it")
+                if task.id.startswith("tg:"):
+                    self._check_graph_node(core, task.id)
+        for node, runs in sched.running.items():
+            if len(runs) > node.slots:
+                self.ledger.fail("slots", f"{len(runs)} tasks in flight to {node.name}, "
+                                 f"which has {node.slots} slots")
+
+    def _check_graph_node(self, core: QueenCore, task_id: str) -> None:
+        gid, _, name = task_id[3:].rpartition("/")
+        g = core.graphs.graphs.get(gid)
+        if g is None or name not in g.nodes:
+            return
+        n = g.nodes[name]
+        deps = list(n.spec.after)
+        for dep in n.spec.after_spawned:
+            deps.append(dep)
+            todo = list(g.nodes[dep].children) if dep in g.nodes else []
+            while todo:
+                c = todo.pop()
+                deps.append(c)
+                todo.extend(g.nodes[c].children)
+        for dep in deps:
+            d = g.nodes.get(dep)
+            if d is not None and d.state != "completed":
+                self.ledger.fail("graph-dependants", f"graph {gid}: node {name} runs while "
+                                 f"{dep}, which it waits for, is {d.state}")
+
+    def _check_bounds(self, core: QueenCore) -> None:
+        logs = core.conversations.update_logs
+        if logs.bytes > logs.total_bytes:
+            self.ledger.fail("bounded", f"update logs hold {logs.bytes} bytes")
+        ib = core.conversations.inboxes
+        for name, size in ib.sizes.items():
+            if size > ib.max_bytes:
+                self.ledger.fail("bounded", f"the inbox of {name} holds {size} bytes")
+        if core.scheduler.queued > self.config.max_queue:
+            self.ledger.fail("bounded", f"{core.scheduler.queued} tasks queued")
+
+
+def _better_queued(tasks: Iterable[Task], task: Task, node: Node) -> Task | None:
+    """A task still queued for ``node`` that should have left before ``task``."""
+    for u in tasks:
+        if (u.state != QUEUED or u.capability != task.capability or u.retry_timer
+                or (u.priority, u.order) >= (task.priority, task.order)):
+            continue
+        if u.to is not None and u.to != node.name:
+            continue
+        if u.labels and any(node.labels.get(k) != v for k, v in u.labels.items()):
+            continue
+        if u.avoid and node.identity in u.avoid:
+            continue
+        if node.stale and f"{u.id}.{u.attempt + 1}" in node.stale:
+            continue
+        return u
+    return None
+
+
+__all__ = ["WALL", "LeaseStore", "SimQueen"]

@@ -1,0 +1,425 @@
+"""One seeded run of the whole colony, and the shrinking of a failing one.
+
+A seed fixes everything: the colony's shape (one queen, or two sharing the journal with a
+lease), its foragers and clients, the workload (priorities, slots, labels, cancels,
+idempotency keys, task graphs with spawns, questions, messages to absent names, attach
+from a cursor, broadcasts, colony memory), the faults and when they strike, and every
+delay on the network. The same seed replays the same run, step for step.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import sqlite3
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshant import protocol as p
+from meshant.core.queen import QueenConfig
+from meshant.sim.ledger import Ledger, Violation
+from meshant.sim.peers import SimClient, SimForager, SimPeer
+from meshant.sim.queen import LeaseStore, SimQueen
+from meshant.sim.world import Clock, Net, garbage
+from meshant.storage.journal import Journal
+
+LOAD = 8.0  # seconds of submissions
+FAULTS = 12.0  # faults strike until then
+END = 240.0  # a run that has not settled by then has lost something
+SETTLE = 3.0  # seconds of quiet after the last outcome, for late duplicates to show
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    at: float
+    kind: str
+    target: str
+    seconds: float = 0.0
+    n: int = 0
+
+    def __str__(self) -> str:
+        extra = f" {self.seconds:.2f} s" if self.seconds else ""
+        extra += f" after {self.n} actions" if self.kind == "crash-mid-turn" else ""
+        return f"{self.at:8.3f} fault: {self.kind} {self.target}{extra}"
+
+
+@dataclass
+class Result:
+    seed: int
+    violation: Violation | None = None
+    tasks: int = 0
+    steps: int = 0
+    faults: list[Fault] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+
+def config(**kw: Any) -> QueenConfig:
+    """The queens' settings in the simulator: short timeouts, small limits, so that a
+    run of a few virtual seconds meets them."""
+    base: dict[str, Any] = dict(hb_interval=0.5, hb_misses=4, assign_timeout=4.0,
+                                no_forager_wait=4.0, max_message=64 * 1024,
+                                retry_base=0.05, retry_cap=0.5, breaker_threshold=50,
+                                journal_defer=0.1, max_graph_nodes=50)
+    base.update(kw)
+    return QueenConfig(**base)
+
+
+class Colony:
+    """The processes of one run, and the workload and faults driving them."""
+
+    def __init__(self, seed: int, disabled: frozenset[int] = frozenset()) -> None:
+        p.message.new_id.reset(f"{seed:x}-")
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = Clock()
+        self.trace: list[str] = []
+        self.ledger = Ledger()
+        self.net = Net(self.clock, random.Random(self.rng.random()), self.log)
+        rng = self.rng
+        self.failover = rng.random() < 0.3
+        names = ["q1", "q2"] if self.failover else ["q1"]
+        self.disk = sqlite3.connect(":memory:", isolation_level=None)
+        store = LeaseStore(2.0, self.ledger) if self.failover else None
+        self.store = store
+        cfg = config()
+        self.queens = [SimQueen(n, cfg, clock=self.clock, net=self.net, ledger=self.ledger,
+                                rng=random.Random(rng.random()), disk=self.disk, log=self.log,
+                                store=store, queens=names) for n in names]
+        for q in self.queens:
+            self.net.queens[q.name] = q
+        uids = itertools.count(1)
+        kw: dict[str, Any] = dict(clock=self.clock, net=self.net, ledger=self.ledger,
+                                  queens=names, log=self.log)
+        self.foragers: list[SimForager] = []
+        for i in range(rng.randint(2, 4)):
+            tools = ["echo"] + (["rare"] if i == 0 else [])
+            labels = {"gpu": True} if i % 2 else {}
+            self.foragers.append(SimForager(f"f{i}", tools, rng.randint(1, 3), labels,
+                                            uids.__next__, rng=random.Random(rng.random()),
+                                            memory=rng.random() < 0.5, **kw))
+        self.clients = [SimClient(f"c{i}", rng=random.Random(rng.random()),
+                                  memory=i == 0, **kw) for i in range(rng.randint(1, 3))]
+        self.mailboxes: list[SimClient] = []
+        self.faults = self._faults(disabled)
+
+    def log(self, text: str) -> None:
+        self.trace.append(f"{self.clock.now:8.3f} {text}")
+
+    # -- the plan -------------------------------------------------------------------------
+
+    def _faults(self, disabled: frozenset[int]) -> list[Fault]:
+        rng = self.rng
+        kinds = ["kill-queen", "crash-mid-turn", "pause-queen", "kill-forager",
+                 "pause-forager", "client-reconnect", "partition", "late-duplicate",
+                 "garbage", "oversize"]
+        weights = [3, 3, 2, 3, 2, 2, 2, 3, 1, 1]
+        faults = []
+        for _ in range(rng.randint(0, 8)):
+            kind = rng.choices(kinds, weights)[0]
+            at = rng.uniform(0.5, FAULTS)
+            if kind in ("kill-queen", "crash-mid-turn", "pause-queen"):
+                target = rng.choice(self.queens).name
+                seconds = rng.uniform(0.3, 6.0)
+            elif kind in ("kill-forager", "pause-forager"):
+                target = rng.choice(self.foragers).name
+                seconds = rng.uniform(0.3, 8.0)
+            elif kind == "partition":
+                peer = rng.choice([*self.foragers, *self.clients])
+                target = f"{peer.name}/{rng.choice(self.queens).name}"
+                seconds = rng.uniform(0.3, 5.0)
+            else:
+                target = rng.choice(self.clients).name
+                seconds = 0.0
+            faults.append(Fault(at, kind, target, seconds, rng.randint(0, 6)))
+        faults.sort(key=lambda f: f.at)
+        return [f for i, f in enumerate(faults) if i not in disabled]
+
+    def _workload(self) -> None:
+        rng = self.rng
+        clock = self.clock
+        n_tasks = rng.randint(5, 30)
+        asks = rng.random() < 0.5
+        keys: list[str] = []
+        submitted: list[tuple[SimClient, str]] = []
+        foragers = [f.name for f in self.foragers]
+
+        def submit(i: int) -> None:
+            c = rng.choice(self.clients)
+            payload: dict[str, Any] = {"n": i, "partials": rng.choice([0, 0, 1, 3])}
+            if asks and rng.random() < 0.3:
+                payload["ask"] = True
+            if rng.random() < 0.1:
+                payload["fail"] = True
+            if rng.random() < 0.15:
+                payload["seconds"] = rng.uniform(0.5, 6.0)
+            options: dict[str, Any] = {}
+            if rng.random() < 0.5:
+                options["priority"] = rng.choice([0, 10, 50, 90])
+            if rng.random() < 0.15:
+                options["labels"] = {"gpu": True}
+            if rng.random() < 0.1:
+                options["to"] = rng.choice(foragers)
+            if rng.random() < 0.2:
+                key = rng.choice(keys) if keys and rng.random() < 0.5 else f"k{i}"
+                keys.append(key)
+                options["key"] = key
+            if rng.random() < 0.1:
+                options["max_attempts"] = rng.randint(1, 4)
+            cap = "rare" if rng.random() < 0.1 else "echo"
+            if not c.alive:
+                return
+            task = c.submit(cap, payload, **options)
+            submitted.append((c, task))
+
+        for i in range(n_tasks):
+            clock.at(rng.uniform(0.2, LOAD), functools.partial(submit, i))
+        for _ in range(rng.randint(0, 3)):  # cancels of earlier submissions
+            def cancel() -> None:
+                if submitted:
+                    c, task = rng.choice(submitted)
+                    c.cancel(task)
+            clock.at(rng.uniform(1.0, LOAD + 2), cancel)
+        if rng.random() < 0.5:
+            for g in range(rng.randint(1, 2)):
+                clock.at(rng.uniform(0.3, LOAD), functools.partial(self._graph, g))
+        if len(self.clients) > 1 and rng.random() < 0.5:
+            for _ in range(rng.randint(1, 3)):  # another client follows a task
+                def attach() -> None:
+                    if submitted:
+                        _, task = rng.choice(submitted)
+                        self.clients[-1].attach(task, rng.randint(0, 2))
+                clock.at(rng.uniform(0.5, LOAD + 2), attach)
+        if rng.random() < 0.4:  # messages for a name that joins later
+            mb = SimClient(f"mb{len(self.mailboxes)}", clock=self.clock, net=self.net,
+                           ledger=self.ledger, rng=random.Random(rng.random()),
+                           queens=[q.name for q in self.queens], log=self.log)
+            self.mailboxes.append(mb)
+            for _ in range(rng.randint(1, 3)):
+                clock.at(rng.uniform(0.3, LOAD),
+                         lambda: rng.choice(self.clients).tell(mb.name, "hello"))
+            clock.at(rng.uniform(2.0, LOAD + 4), mb.start)
+        if rng.random() < 0.4:
+            for i in range(rng.randint(1, 5)):
+                clock.at(rng.uniform(0.3, LOAD),
+                         functools.partial(self.clients[0].remember, f"key{i % 3}", i))
+        if rng.random() < 0.3:
+            for i in range(rng.randint(1, 3)):
+                clock.at(rng.uniform(0.3, LOAD),
+                         functools.partial(self.clients[0].broadcast, "news", i))
+
+    def _graph(self, g: int) -> None:
+        rng = self.rng
+        fail = rng.random() < 0.3
+        spawn = [{"name": "s1", "capability": "echo", "payload": {"n": 100}},
+                 {"name": "s2", "capability": "echo", "payload": {"n": 101},
+                  "after": ["s1"]}]
+        nodes: list[dict[str, Any]] = [
+            {"name": "a", "capability": "echo", "payload": {"n": 1}},
+            {"name": "b", "capability": "echo", "payload": {"n": 2, "fail": fail},
+             "after": ["a"], "max_attempts": 1},
+            {"name": "c", "capability": "echo", "payload": {"n": 3, "spawn": spawn},
+             "after": ["a"]},
+            {"name": "d", "capability": "echo", "payload": {"n": 4}, "after": ["b"],
+             "after_spawned": ["c"]},
+        ]
+        c = rng.choice(self.clients)
+        if c.alive:
+            c.submit_graph(nodes)
+
+    def _strike(self, f: Fault) -> None:
+        self.log(str(f).strip())
+        rng = self.rng
+        clock = self.clock
+        if f.kind in ("kill-queen", "crash-mid-turn", "pause-queen"):
+            q = next(x for x in self.queens if x.name == f.target)
+            if f.kind == "pause-queen":
+                q.pause(f.seconds)
+            elif f.kind == "kill-queen":
+                q.kill()
+                clock.after(f.seconds, q.revive)
+            else:
+                q.crash_after = f.n
+                q.on_crash = lambda q: clock.after(f.seconds, q.revive)
+        elif f.kind in ("kill-forager", "pause-forager"):
+            fg = next(x for x in self.foragers if x.name == f.target)
+            if f.kind == "pause-forager":
+                fg.pause(f.seconds)
+            else:
+                fg.crash()
+                if rng.random() < 0.8:
+                    clock.after(f.seconds, fg.revive)
+        elif f.kind == "partition":
+            peer, queen = f.target.split("/")
+            self.net.partition(peer, queen, f.seconds)
+        elif f.kind == "client-reconnect":
+            c = next(x for x in self.clients if x.name == f.target)
+            c.sess.moved(clock.now)
+            c.pump()
+        elif f.kind == "late-duplicate":
+            self.net.replay_late()
+        elif f.kind == "garbage":
+            c = next(x for x in self.clients if x.name == f.target)
+            c.raw(garbage(rng, 64))
+        elif f.kind == "oversize":
+            c = next(x for x in self.clients if x.name == f.target)
+            c.raw([bytes(70 * 1024)])
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        result = Result(self.seed, faults=self.faults)
+        clock = self.clock
+        for q in self.queens:
+            q.start()
+        for peer in [*self.foragers, *self.clients]:
+            clock.at(self.rng.uniform(0.0, 0.3), peer.start)
+        self._workload()
+        for f in self.faults:
+            clock.at(f.at, functools.partial(self._strike, f))
+        clock.at(FAULTS + 0.1, self._heal)
+        try:
+            self._until_settled()
+            self._check_end()
+        except Violation as v:
+            result.violation = v
+        except Exception as e:  # a bug the code met: as much a broken promise
+            tb = traceback.extract_tb(e.__traceback__)[-3:]
+            where = "; ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in tb)
+            result.violation = Violation("no-internal-error",
+                                         f"{type(e).__name__}: {e} (at {where})")
+        result.tasks = len(self.ledger.submissions)
+        result.steps = clock.steps
+        result.trace = self.trace
+        self.disk.close()
+        return result
+
+    def _heal(self) -> None:
+        """The faults are over: every process that is down comes back."""
+        self.log("faults over: everything comes back")
+        for q in self.queens:
+            if not q.up:
+                q.start()
+        for f in self.foragers:
+            if not f.alive and f.refused is None:
+                f.start()
+
+    def _until_settled(self) -> None:
+        clock = self.clock
+        quiet_since: float | None = None
+        while clock.now < END:
+            horizon = clock.now + 0.5
+            while clock.step(horizon):
+                pass
+            clock.now = max(clock.now, horizon)
+            if clock.now < FAULTS + 0.2 or not self._settled():
+                quiet_since = None
+                continue
+            if quiet_since is None:
+                quiet_since = clock.now
+            elif clock.now - quiet_since >= SETTLE:
+                return
+
+    def _settled(self) -> bool:
+        led = self.ledger
+        if any(t not in led.outcomes for t in led.submissions):
+            return False
+        if any(g not in led.graph_outcomes for g in led.graphs):
+            return False
+        return all(not c.cs.outbox for c in self.clients if c.alive)
+
+    def _check_end(self) -> None:
+        led = self.ledger
+        missing = [t for t in led.submissions if t not in led.outcomes]
+        if missing:
+            led.fail("one-outcome", f"{len(missing)} submissions never got an outcome, "
+                     f"first {missing[0]} ({led.submissions[missing[0]]})")
+        gone = [g for g in led.graphs if g not in led.graph_outcomes]
+        if gone:
+            led.fail("one-outcome", f"graph {gone[0]} never ended")
+        problems = Journal(":memory:", connection=self.disk).verify()
+        if problems:
+            led.fail("journal-chain", problems[0])
+        for k in led.kept.values():
+            # At most once: the queen forgets a kept message before it sends it, and its
+            # receipt says it was handed over (a connection that dies loses both).
+            if k.receipts.count("delivered") > 1:
+                led.fail("inbox-once", f"message {k.id} has receipts {k.receipts}")
+        leader = next((q for q in self.queens if q.up and q.leading), None)
+        if leader is not None and leader.core is not None:
+            items = leader.core.memory.items
+            peers: list[SimPeer] = [*self.foragers, *self.clients]
+            for peer in peers:
+                r = peer.replica
+                if peer.alive and r is not None and r.synced and r.items != items:
+                    led.fail("memory", f"{peer.name}'s colony memory {r.items} is not the "
+                             f"queen's {items}")
+
+
+def run_seed(seed: int, disabled: frozenset[int] = frozenset()) -> Result:
+    """Run the colony of ``seed`` (without the faults whose indices are ``disabled``)."""
+    return Colony(seed, disabled).run()
+
+
+def shrink(seed: int, first: Result, budget: int = 48,
+           runner: Callable[[int, frozenset[int]], Result] = run_seed) -> Result:
+    """The failing run of ``seed`` with as few of its faults as still break the same
+    promise (delta debugging over the faults, at most ``budget`` runs)."""
+    assert first.violation is not None
+    want = first.violation.invariant
+    n_faults = len(first.faults)
+    enabled = list(range(n_faults))
+    best = first
+    runs = 0
+
+    def fails(keep: list[int]) -> Result | None:
+        nonlocal runs
+        runs += 1
+        r = runner(seed, frozenset(set(range(n_faults)) - set(keep)))
+        return r if r.violation is not None and r.violation.invariant == want else None
+
+    chunks = 2
+    while enabled and runs < budget:
+        size = max(1, len(enabled) // chunks)
+        parts = [enabled[i:i + size] for i in range(0, len(enabled), size)]
+        for part in parts:
+            keep = [i for i in enabled if i not in part]
+            r = fails(keep) if runs < budget else None
+            if r is not None:
+                enabled, best = keep, r
+                chunks = max(2, chunks - 1)
+                break
+        else:
+            if size == 1:
+                break
+            chunks = min(len(enabled), chunks * 2)
+    best.faults = [first.faults[i] for i in enabled]
+    return best
+
+
+def relevant(result: Result, lines: int = 40) -> list[str]:
+    """The trace lines that matter to a failure: the faults, and the lines that name what
+    the broken promise names; the last ``lines`` of them."""
+    assert result.violation is not None
+    words = {w.strip("',.:()") for w in result.violation.detail.split()}
+    words = {w for w in words if len(w) > 3 and any(ch.isdigit() for ch in w)}
+    keep = [t for t in result.trace if "fault" in t or " starts" in t or "killed" in t
+            or "takes over" in t or "steps down" in t or any(w in t for w in words)]
+    return keep[-lines:]
+
+
+def timed(fn: Callable[[], Result]) -> tuple[Result, float]:
+    t0 = time.perf_counter()
+    r = fn()
+    return r, time.perf_counter() - t0
+
+
+__all__ = ["Colony", "Fault", "Result", "config", "relevant", "run_seed", "shrink"]
