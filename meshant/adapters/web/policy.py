@@ -276,11 +276,9 @@ class Policy:
         return Verdict(0, "", rights)
 
     def _names(self) -> str:
-        own = [] if self.bound in WILDCARDS or is_loopback_name(self.bound) else [self.bound]
-        if self.bound in WILDCARDS:
-            own.append("any address")
-        return ", ".join([*own, *sorted(self.allow_hosts), "localhost",
-                          "loopback addresses"])
+        own = ["any address"] if self.bound in WILDCARDS else [self.bound]
+        names = [*own, *sorted(self.allow_hosts), "localhost"]
+        return ", ".join(dict.fromkeys(names)) + " and loopback addresses"
 
 
 def security_headers(html: bool = False) -> list[tuple[str, str]]:

@@ -41,6 +41,8 @@ log = logging.getLogger("meshant.http")
 T = TypeVar("T")
 ACCEPT_BATCH = 64  # connections accepted per loop turn, at most: the others get turns too
 _OUT_OF_FILES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+REFUSING = 64  # refused connections lingering at once (each reads what came, then closes)
+LINGER = 0.25  # seconds a refused connection lingers
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,7 @@ class WebServer:
         self._stop: asyncio.Event | None = None
         self._conns: dict[_Conn, None] = {}
         self._waiting: dict[_Conn, None] = {}  # insertion order: the oldest first
+        self._refusing: set[socket.socket] = set()
         self._streams = 0
         self._pending = 0
         self._tokens = float(max(1.0, limits.accept_rate))
@@ -193,6 +196,8 @@ class WebServer:
             tasks = [c.task for c in self._conns if c.task is not None]
             for c in list(self._conns):
                 self._drop(c)
+            for sock in self._refusing:
+                sock.close()
             if tasks:
                 await asyncio.wait(tasks, timeout=2.0)
 
@@ -244,12 +249,7 @@ class WebServer:
         if len(self._conns) >= self.limits.max_connections:
             victim = next(iter(self._waiting), None)
             if victim is None:
-                self.stats.refused += 1
-                try:
-                    sock.send(self._full)
-                except OSError:
-                    pass
-                sock.close()
+                self._refuse(sock)
                 return
             self.stats.evicted += 1
             self._drop(victim)
@@ -258,6 +258,32 @@ class WebServer:
         self._conns[conn] = None
         self._waiting[conn] = None
         conn.task = self._loop.create_task(self._serve(conn))
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Answer 503 and close a moment later, having read what the client sent by then:
+        closed with its request unread, the socket would reset and lose the answer."""
+        self.stats.refused += 1
+        try:
+            sock.send(self._full)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            sock.close()
+            return
+        if len(self._refusing) >= REFUSING:
+            sock.close()  # past that, a flood gets its resets
+            return
+        self._refusing.add(sock)
+        assert self._loop is not None
+        self._loop.call_later(LINGER, self._close_refused, sock)
+
+    def _close_refused(self, sock: socket.socket) -> None:
+        self._refusing.discard(sock)
+        try:
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass
+        sock.close()
 
     def _drop(self, conn: _Conn) -> None:
         """Forget ``conn`` and close it now, whatever it was doing."""
