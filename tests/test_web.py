@@ -133,6 +133,7 @@ def test_token_rules() -> None:
 def test_limits_bounded_by_open_files() -> None:
     assert Limits(max_connections=512).bounded(1024).max_connections == 256
     assert Limits(max_connections=512).bounded(1 << 20).max_connections == 512
+    assert Limits().bounded(1024).max_connections == 256  # a default ulimit -n
     assert Limits().bounded(10).max_connections == 8
 
 
@@ -488,4 +489,4 @@ def test_the_web_package_needs_nothing_beyond_the_standard_library() -> None:
     assert mods - {"__future__", "meshant"} <= set(sys.stdlib_module_names), mods
     assert {m for f in files for m in _imported(f) if m.startswith("meshant.")} <= {
         "meshant.adapters.web", "meshant.adapters.web.policy", "meshant.adapters.web.http1",
-        "meshant.adapters.web.server", "meshant.adapters.web.asgi"}
+        "meshant.adapters.web.server", "meshant.adapters.web.asgi", "meshant.adapters.web.app"}

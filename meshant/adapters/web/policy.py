@@ -36,7 +36,8 @@ class Limits:
     """How much one HTTP surface may take, and for how long (seconds, bytes, counts).
 
     The server holds at most ``max_connections`` sockets (fewer when the process may
-    open few files: see :meth:`bounded`); a new one past that replaces the oldest that
+    open few files: see :meth:`bounded`); one that has sent no whole request costs a
+    descriptor and a few hundred bytes. A new one past that replaces the oldest that
     has not finished sending a request, or gets 503 when every one is busy. It accepts
     at most ``accept_rate`` new connections a second, so a flood of connects costs its
     thread a bounded share of a core. A request's head must arrive within
@@ -45,7 +46,7 @@ class Limits:
     ``idle_timeout``, and a client must take each response within ``write_timeout``.
     """
 
-    max_connections: int = 512
+    max_connections: int = 4096
     accept_rate: float = 2000.0
     header_timeout: float = 10.0
     body_timeout: float = 10.0

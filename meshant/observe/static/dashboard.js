@@ -140,7 +140,8 @@
     return 10 * e;
   }
   function ago(s) {
-    if (s < 0.5) return "now";
+    if (s < 0.05) return "now";
+    if (s < 10) return "−" + s.toFixed(1) + " s";
     return s < 90 ? "−" + Math.round(s) + " s" : "−" + (s / 60).toFixed(s < 600 ? 1 : 0) + " min";
   }
   // series: [{name, color, points: [[t, v], ...]}]; fmt labels the y axis (with its unit)
@@ -161,7 +162,7 @@
     for (const f of [0, 0.5, 1]) { // the y axis: 0, half, top, with units
       const v = max * f;
       svg.appendChild(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "gridline" }));
-      svg.appendChild(svgEl("text", { x: L - 5, y: y(v) + 3.5, "text-anchor": "end", class: "tick" }, fmt(v)));
+      svg.appendChild(svgEl("text", { x: L - 5, y: y(v) + 3.5, "text-anchor": "end", class: "tick" }, v === 0 ? "0" : fmt(v)));
     }
     for (const f of [0, 1 / 3, 2 / 3, 1]) { // the x axis: how long ago
       const t = t0 + (t1 - t0) * f;
