@@ -244,7 +244,7 @@ def main() -> None:
         _flood_main(args.flood, args.connections, not args.hold, args.limit)
         return
     raise_open_files(args.connections + 1024)
-    n, rounds = (600, 3) if args.quick else (3000, 6)
+    n, rounds = (600, 3) if args.quick else (12000, 12)
     q, raw = _Queen(True), RawTopology("tcp", workers=1)
     assert q.http is not None
     pid = q.procs[0].pid
