@@ -35,7 +35,7 @@ from meshant.apps.bench import PAYLOAD, seq_mesh, seq_raw
 from meshant.apps.bench_topologies import RawTopology
 from meshant.apps.stats import summary
 
-from .observe_bench import _Queen
+from .observe_bench import _Queen, print_table
 
 HALF_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
@@ -290,11 +290,7 @@ def main() -> None:
     print(f"round trip, tcp, one echo forager: quiet, then {args.connections:,} connections "
           f"on the HTTP port ({'re-opened as closed' if not args.hold else 'held'}), then "
           "quiet again; each slice beside raw pyzmq")
-    print(f"{'':10}{'p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}   ratio to raw (p50, p99)")
-    for k, st in stats.items():
-        r = stats["raw"]
-        print(f"{k:10}" + "".join(f"{st[p]:9.0f}" for p in ("p50", "p90", "p99", "p99.9"))
-              + f"   {st['p50'] / r['p50']:.2f}x, {st['p99'] / r['p99']:.2f}x")
+    print_table(stats, 10)
     fl, qu = stats["flood"], stats["quiet"]
     print(f"flood / quiet: p50 {fl['p50'] / qu['p50']:.2f}x, p99 {fl['p99'] / qu['p99']:.2f}x")
     print(f"flood: {figures.get('opened', 0):,} connects, {figures.get('connected', 0):,} "

@@ -101,7 +101,7 @@ class Flags:
 
     allow_host: str = "--http-allow-host"
     token: str = "--http-token (or MESHANT_HTTP_TOKEN)"
-    read_token: str = "--http-read-token"
+    read_token: str = "--http-read-token (or --http-token)"
 
 
 def split_host(value: str) -> tuple[str, int | None] | None:
@@ -273,7 +273,7 @@ class Policy:
         if rights < need:
             token = self.flags.read_token if need == Access.READ else self.flags.token
             return Verdict(401, "a valid token is needed: send 'Authorization: Bearer "
-                                f"TOKEN' with the {token} token", rights)
+                                f"TOKEN', TOKEN being the one given to {token}", rights)
         return Verdict(0, "", rights)
 
     def _names(self) -> str:
