@@ -347,6 +347,13 @@ def test_server_answers_and_keeps_alive(server: WebServer) -> None:
     assert b'"path": "/b", "body": "abc", "rights": 2' in out
     assert out.index(b'"/a"') < out.index(b'"/b"') < out.index(b'"/c"')
     assert b"X-Frame-Options: DENY" in out
+    # A refused request without a body leaves the connection usable for the next one.
+    with _connect(server) as s:
+        s.sendall(b"GET /a HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+                  b"HEAD /b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        out = _read_all(s)
+    assert out.startswith(b"HTTP/1.1 403") and b"}HTTP/1.1 200 OK\r\n" in out
+    assert out.endswith(b"\r\n\r\n")  # HEAD: the headers alone
 
 
 def test_server_refuses_by_the_policy_and_the_limits(server: WebServer) -> None:
