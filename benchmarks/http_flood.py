@@ -273,10 +273,12 @@ def main() -> None:
                     figures = flood.stop()
         s.close(0)
     finally:
-        if flood is not None:
-            figures = flood.stop() or figures
-        q.close()
-        raw.close()
+        try:
+            if flood is not None:
+                figures = flood.stop() or figures
+        finally:
+            q.close()
+            raw.close()
     stats = {k: summary([x * 1e6 for x in v]) for k, v in samples.items()}
     report: dict[str, Any] = {
         "round_trip_us": stats, "connections": args.connections, "reopen": not args.hold,
