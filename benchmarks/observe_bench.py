@@ -70,6 +70,15 @@ class _Scraper(threading.Thread):
                     self.build.append(json.loads(body)["build_seconds"])
 
 
+def print_table(stats: dict[str, dict[str, float]], width: int) -> None:
+    """Percentiles (µs) per row, with the ratios to the row named ``raw``."""
+    print(f"{'':{width}}{'p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}   ratio to raw (p50, p99)")
+    r = stats["raw"]
+    for k, st in stats.items():
+        print(f"{k:{width}}" + "".join(f"{st[q]:9.0f}" for q in ("p50", "p90", "p99", "p99.9"))
+              + f"   {st['p50'] / r['p50']:.2f}x, {st['p99'] / r['p99']:.2f}x")
+
+
 def _park(endpoint: str, n: int) -> None:
     with Client(endpoint, timeout=10) as c:
         for i in range(0, n, 1000):
@@ -123,11 +132,7 @@ def main() -> None:
         return
     print(f"round trip, tcp, one echo forager, {n} per colony in {rounds} interleaved "
           f"slices{f', {args.queued:,} tasks parked' if args.queued else ''}")
-    print(f"{'':22}{'p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}   ratio to raw (p50, p99)")
-    for k, st in stats.items():
-        r = stats["raw"]
-        print(f"{k:22}" + "".join(f"{st[q]:9.0f}" for q in ("p50", "p90", "p99", "p99.9"))
-              + f"   {st['p50'] / r['p50']:.2f}x, {st['p99'] / r['p99']:.2f}x")
+    print_table(stats, 22)
     on_, off_ = stats["http on + scraper"], stats["http off"]
     print(f"http on / off: p50 {on_['p50'] / off_['p50']:.3f}x, "
           f"p99 {on_['p99'] / off_['p99']:.3f}x")

@@ -28,6 +28,7 @@ def main() -> None:
     try:
         q = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
                           "--json", "--http", "127.0.0.1:0", "--name", "hive",
+                          "--http-token", "shot-token",
                           "--journal", ":memory:"])
         procs.append(q)
         info = _procs.read_json_line(q, 20)

@@ -43,10 +43,10 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-def _colony(procs: Procs) -> tuple[str, str]:
+def _colony(procs: Procs, *http: str) -> tuple[str, str]:
     _, info = procs.start("queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
                           "--json", "--hb-interval", "0.2", "--http", "127.0.0.1:0",
-                          "--http-token", TOKEN)
+                          *(http or ("--http-token", TOKEN)))
     assert info["http"].startswith("http://127.0.0.1:"), info
     for name in ("web-ant-1", "web-ant-2"):
         procs.forager(info["router"], "--name", name, "--slots", "2",
@@ -86,8 +86,22 @@ def test_dashboard_live_in_chromium(procs: Procs, browser: Any, tmp_path: Path) 
         # It keeps rising while tasks run, without reloading the page.
         wait_for(lambda: completed() >= first + 16, 20, "the completed count to rise")
         page.wait_for_selector("#running tr[data-task]", timeout=15_000)
+        # A running task's run time beside its age since submission.
+        cells = page.locator("#running tr[data-task]").first.locator("td").all_inner_texts()
+        assert cells[4].endswith(("ms", " s")) and cells[5].endswith(("ms", " s")), cells
+        # Charts with axes (values with units, how long ago) and a legend per series.
+        wait_for(lambda: "p99" in page.locator("#legend-latency").inner_text(), 10,
+                 "the latency legend")
+        ticks = page.locator("#chart-latency text.tick").all_text_contents()
+        assert "now" in ticks and any(t.endswith(("ms", " s")) for t in ticks), ticks
+        assert any(t.endswith("/s") for t in
+                   page.locator("#chart-throughput text.tick").all_text_contents())
+        assert "queued" in page.locator("#legend-queue").inner_text()
+        assert page.locator("#legend-queue .swatch").count() == 2
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+        if os.environ.get("MESHANT_SHOT"):  # to look at it: MESHANT_SHOT=/tmp/x.png
+            page.screenshot(path=os.environ["MESHANT_SHOT"], full_page=True)
     finally:
         stop.set()
         t.join(30)
@@ -119,3 +133,38 @@ def test_dashboard_live_in_chromium(procs: Procs, browser: Any, tmp_path: Path) 
              f"the drain: {page.locator('#action-result').inner_text()}")
     page.wait_for_selector("#foragers tr[data-name='web-ant-2']", state="detached",
                            timeout=15_000)
+
+
+def test_read_token_asked_once_per_tab_and_no_buttons_when_read_only(
+        procs: Procs, browser: Any) -> None:
+    _, url = _colony(procs, "--http-read-token", "reader-secret")
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(url)
+    # Nothing of the colony without the token: the page asks for it.
+    page.wait_for_selector("#login:not([hidden])")
+    assert page.locator("#live").inner_text() == "token needed"
+    assert page.locator("#foragers tr[data-name]").count() == 0
+    page.fill("#login-token", "wrong")
+    page.locator("#login-form button").click()
+    wait_for(lambda: "refused" in page.locator("#login-result").inner_text(), 10,
+             "the wrong token refused")
+    page.fill("#login-token", "reader-secret")
+    page.locator("#login-form button").click()
+    page.wait_for_selector("#foragers tr[data-name='web-ant-1']")
+    assert page.locator("#login").is_hidden() and page.locator("#live").inner_text() == "live"
+    # Started without --http-token: read-only, so no drain, halt, cancel or retry button.
+    assert "Read-only" in page.locator("#actions-state").inner_text()
+    assert page.locator("button[data-op]").count() == 0
+    assert page.locator("#token-label").is_hidden()
+    # Kept for the tab: a reload does not ask again...
+    page.reload()
+    page.wait_for_selector("#foragers tr[data-name='web-ant-1']")
+    assert page.locator("#login").is_hidden()
+    # ...but another browser session (no shared tab storage) must give it again.
+    other = browser.new_context().new_page()
+    other.goto(url)
+    other.wait_for_selector("#login:not([hidden])", timeout=15_000)
+    other.close()
+    context.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -148,8 +149,9 @@ def _get(url: str, **headers: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def _post(url: str, body: bytes, token: str | None = None) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json"}
+def _post(url: str, body: bytes, token: str | None = None, **more: str
+          ) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json", **more}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
@@ -216,10 +218,12 @@ def test_metrics_healthz_and_snapshot_over_http(live: tuple[Queen, Forager, Clie
     s = json.loads(body)
     assert status == 200 and s["foragers"][0]["name"] == "obs-f1"
     status, body = _get(url)
-    assert status == 200 and b"/static/dashboard.js" in body and b"http" not in body.split(
-        b"<body>")[1].replace(b"http-token", b"")  # nothing fetched from elsewhere
+    # Nothing fetched from elsewhere: every src and href is this server's.
+    assert status == 200 and b"/static/dashboard.js" in body
+    assert re.findall(rb'(?:src|href)="([^"]*)"', body) == [
+        b"/static/dashboard.css", b"/metrics", b"/healthz", b"/static/dashboard.js"]
     status, body = _get(url + "static/dashboard.js")
-    assert status == 200 and b"EventSource" in body
+    assert status == 200 and b"/api/events" in body
     assert _get(url + "nope")[0] == 404
     assert _get(url + "static/../snapshot.py")[0] == 404
     # The live feed: server-sent events, one snapshot per event.
@@ -266,6 +270,66 @@ def test_read_only_without_a_token() -> None:
         assert q.http_url is not None
         status, r = _post(q.http_url + "api/action/halt", b'{"target": "x"}', "anything")
         assert status == 403 and "--http-token" in r["error"]
+    finally:
+        q.stop()
+
+
+def test_foreign_host_and_origin_are_refused_with_a_reason(
+        live: tuple[Queen, Forager, Client]) -> None:
+    q, f, _ = live
+    url = q.http_url
+    assert url is not None
+    wait_for(lambda: json.loads(_get(url + "api/snapshot")[1]).get("foragers"), 10,
+             "the forager listed")
+    for path in ("", "static/dashboard.js", "healthz", "metrics", "api/snapshot",
+                 "api/events"):
+        # DNS rebinding: a page whose name now points at 127.0.0.1.
+        status, body = _get(url + path, Host="evil.example:80")
+        why = json.loads(body)["error"]
+        assert status == 403 and "'evil.example'" in why and "--http-allow-host" in why
+        # Another origin's script calling the port: reads are refused too.
+        status, body = _get(url + path, Origin="http://evil.example")
+        assert status == 403 and "cross-origin" in json.loads(body)["error"]
+    own = url.rstrip("/")
+    assert _get(url + "api/snapshot", Origin=own)[0] == 200  # the page's own requests
+    assert _get(url + "api/snapshot", Host=f"localhost:{q._http.port}")[0] == 200
+    status, r = _post(url + "api/action/drain", json.dumps({"target": f.name}).encode(),
+                      "t0ken", Origin="http://evil.example")
+    assert status == 403 and "cross-origin" in r["error"]
+    assert json.loads(_get(url + "api/snapshot")[1])["foragers"][0]["state"] == "active"
+
+
+def test_reads_with_and_without_the_read_token_behind_a_proxy_name() -> None:
+    q = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", http="127.0.0.1:0",
+              http_token="act", http_read_token="rd",
+              http_allow_host=("dash.example.org",)).start()
+    try:
+        url = q.http_url
+        assert url is not None
+        rd, act = {"Authorization": "Bearer rd"}, {"Authorization": "Bearer act"}
+        # The page and its script carry no colony data: served, so the page can ask.
+        assert _get(url)[0] == 200 and _get(url + "static/dashboard.js")[0] == 200
+        for path in ("api/snapshot", "metrics", "api/events", "api/task/x"):
+            status, body = _get(url + path)
+            assert status == 401 and "Bearer" in json.loads(body)["error"], path
+            assert _get(url + path, Authorization="Bearer wrong")[0] == 401, path
+        assert _get(url + "api/snapshot", **rd)[0] == 200
+        assert _get(url + "api/snapshot", **act)[0] == 200  # the action token reads too
+        assert b"meshant_queen_info" in _get(url + "metrics", **rd)[1]
+        # A supervisor without the token learns the status, nothing of the colony.
+        status, body = _get(url + "healthz")
+        assert status == 200 and json.loads(body) == {"status": "ok"}
+        assert json.loads(_get(url + "healthz", **rd)[1])["name"] == "queen"
+        assert json.loads(_get(url + "api/access")[1]) == {
+            "read": False, "act": False, "actions": True, "read_token": True}
+        assert json.loads(_get(url + "api/access", **rd)[1])["read"] is True
+        assert json.loads(_get(url + "api/access", **act)[1])["act"] is True
+        assert _post(url + "api/action/halt", b'{"target": "x"}', "rd")[0] == 401
+        # Through a reverse proxy named dash.example.org (TLS in front, so https).
+        assert _get(url + "api/snapshot", Host="dash.example.org", **rd)[0] == 200
+        assert _get(url + "api/snapshot", Host="dash.example.org",
+                    Origin="https://dash.example.org", **rd)[0] == 200
+        assert _get(url + "api/snapshot", Host="other.example.org", **rd)[0] == 403
     finally:
         q.stop()
 

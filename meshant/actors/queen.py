@@ -144,10 +144,17 @@ class Queen:
         self.observer: Any = None
         self._http: Any = None
         if c.http is not None:
+            from meshant.actors.client import Client
+            from meshant.actors.config import ClientConfig
             from meshant.observe import http_side
 
-            self.observer, self._http = http_side(c.http, c.http_token, lambda: self.endpoint,
-                                                 self._waker.wake)
+            def client(endpoint: str, name: str) -> Client:
+                # The dashboard's lookups and actions go to the queen as a client's do.
+                return Client(endpoint, config=ClientConfig(name=name, timeout=5.0,
+                                                            discover=False))
+
+            self.observer, self._http = http_side(c, lambda: self.endpoint,
+                                                 self._waker.wake, client)
 
     def _new_core(self, now: float, restore: bool) -> QueenCore:
         """A core: restored from the journal (this queen leads), or a standby's."""

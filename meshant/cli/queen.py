@@ -116,6 +116,18 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--http-token", envvar="MESHANT_HTTP_TOKEN", show_envvar=True, metavar="TOKEN",
               help="Allow the dashboard's actions (drain, halt, cancel, dlq retry) to "
                    "requests bearing this token; without it the dashboard is read-only.")
+@click.option("--http-read-token", envvar="MESHANT_HTTP_READ_TOKEN", show_envvar=True,
+              metavar="TOKEN",
+              help="Make reads need a token too (this one or --http-token): /metrics, "
+                   "/api/* and the live feed; the page asks for it once per browser tab "
+                   "and /healthz gives its status alone without it. For a dashboard "
+                   "bound beyond loopback.")
+@click.option("--http-allow-host", "http_allow_host", multiple=True, metavar="NAME",
+              envvar="MESHANT_HTTP_ALLOW_HOST", show_envvar=True,
+              help="Also serve requests whose Host header is NAME, a reverse proxy's name "
+                   "(repeatable; space-separated in the variable; '*' for any). By default "
+                   "only the bound address, localhost and loopback addresses: another Host "
+                   "gets 403, so no web page can reach the port by DNS rebinding.")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, max_graph_nodes: int, no_forager_wait: float,
@@ -128,7 +140,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           retention: float, retention_count: int,
           retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, http: str | None,
-          http_token: str | None, as_json: bool) -> None:
+          http_token: str | None, http_read_token: str | None,
+          http_allow_host: tuple[str, ...], as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
     from meshant.adapters.discovery import is_loopback
@@ -149,7 +162,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             max_graph_nodes=max_graph_nodes, advertise=advertise,
             mdns_interfaces=tuple(mdns_interfaces) or None,
             curve_secret=curve_secret, authorized=authorized, http=http,
-            http_token=http_token)
+            http_token=http_token, http_read_token=http_read_token,
+            http_allow_host=tuple(http_allow_host))
         q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -163,7 +177,9 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
     if http is not None and not _loopback_http(http):
         click.echo(f"warning: --http {http} serves the dashboard and metrics beyond this "
                    "machine: they name your foragers and tasks"
-                   + ("" if http_token else " (read-only: no --http-token)"), err=True)
+                   + (" (reads need --http-read-token)" if http_read_token else
+                      "; anyone who reaches it reads them (see --http-read-token)")
+                   + ("" if http_token else "; read-only: no --http-token"), err=True)
     _stop_on_signals(q.stop)
     signal.signal(signal.SIGHUP, lambda *_: q.reload_keys())
     t = threading.Thread(target=_announce, args=(q, as_json), daemon=True)
@@ -177,15 +193,10 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
 
 
 def _loopback_http(http: str) -> bool:
-    import ipaddress
-
+    from meshant.adapters.web.policy import is_loopback_name
     from meshant.observe.server import parse_http
 
-    host = parse_http(http)[0]
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_name(parse_http(http)[0].lower())
 
 
 def _announce(q: Any, as_json: bool) -> None:

@@ -68,6 +68,8 @@ class QueenConfig:
     authorized: str | None = None
     http: str | None = None
     http_token: str | None = None
+    http_read_token: str | None = None
+    http_allow_host: tuple[str, ...] = ()
 
     @property
     def derived_pub_hwm(self) -> int:

@@ -1,29 +1,31 @@
 """The queen's HTTP side: ``/metrics``, ``/healthz``, the dashboard and its live feed.
 
-It runs in threads of its own (the standard library's ``ThreadingHTTPServer``) and reads
-only the snapshot the queen's loop publishes (:class:`~meshant.observe.snapshot.Observer`),
-so a slow scraper or a hundred open dashboards never slow the loop. What a snapshot does
-not hold — a task's timeline beyond the listed ones, and the actions — goes to the queen
-the way any client's request does, through a :class:`~meshant.actors.client.Client` of
-its own, so the queen treats it like every other peer.
-
-Actions (drain, halt, cancel, dlq retry) need the token the queen was started with
-(``--http-token``), as ``Authorization: Bearer TOKEN``; without a token they are refused.
+Served by :class:`~meshant.adapters.web.server.WebServer` — one asyncio thread, bounded
+connections, header, body and idle timeouts — under the shared
+:class:`~meshant.adapters.web.policy.Policy`: only this server's names as Host, no
+cross-origin caller, a token for the actions and, with a read token, for the reads. It
+reads only the snapshot the queen's loop publishes
+(:class:`~meshant.observe.snapshot.Observer`), so no request slows the loop. What a
+snapshot does not hold — a task's timeline beyond the listed ones, and the actions —
+goes to the queen as any client's request does, through a client the queen's driver
+hands in (``client``: this package sits below the actors and imports none of them).
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import logging
 import re
+import resource
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncGenerator, Callable, Iterable
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
+from meshant.adapters.web.policy import Access, Limits, Policy
+from meshant.adapters.web.server import Request, Response, Stream, WebServer, json_response
 from meshant.errors import MeshantError
 from meshant.observe.metrics import exposition, registry_for
 from meshant.observe.snapshot import Observer
@@ -31,14 +33,33 @@ from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.http")
 
-MAX_BODY = 64 * 1024  # an action's request body, at most
-MAX_STREAMS = 64  # live dashboards (server-sent event streams) at once
 STATIC = {"index.html": "text/html; charset=utf-8",
           "dashboard.js": "text/javascript; charset=utf-8",
           "dashboard.css": "text/css; charset=utf-8"}
 ACTIONS = {"drain": "forager", "halt": "forager", "cancel": "task", "dlq-retry": "task"}
+PUBLIC = frozenset({"/", "/index.html", "/healthz", "/api/access"})
+KEEPALIVE = 15.0  # seconds of a quiet live feed before a comment line (proxies close silence)
 _TASK_PATH = re.compile(r"^/api/task/([^/?#]{1,200})$")
 _ACTION_PATH = re.compile(r"^/api/action/([a-z-]{1,20})$")
+
+
+class ColonyClient(Protocol):
+    """What the server asks of the client the queen hands it."""
+
+    def task_status(self, task_id: str, timeout: float = ...) -> dict[str, Any]: ...
+
+    def drain(self, forager: str | list[str]) -> None: ...
+
+    def halt(self, forager: str | list[str]) -> None: ...
+
+    def dlq(self, op: str = ..., task: str | None = ..., *, all: bool = ...,
+            timeout: float = ...) -> dict[str, Any]: ...
+
+    def close(self, timeout: float = ...) -> None: ...
+
+
+# (the queen's ROUTER endpoint, a name for the client) -> a client of that queen
+ClientFactory = Callable[[str, str], ColonyClient]
 
 
 def parse_http(value: str) -> tuple[str, int]:
@@ -55,78 +76,76 @@ def parse_http(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class ObserveServer:
-    """Serves one queen's observer over HTTP, from background threads.
+def default_limits() -> Limits:
+    """The shared defaults, with connections bounded by this process's open-file limit."""
+    return Limits().bounded(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
-    ``endpoint`` gives the queen's ROUTER endpoint once bound (for the server's own client,
-    made on first need); ``wake`` wakes the queen's loop (for a command it must run);
-    ``token`` turns the actions on.
+
+class ObserveServer:
+    """Serves one queen's observer over HTTP from a thread of its own.
+
+    ``endpoint`` gives the queen's ROUTER endpoint once bound and ``client`` makes a
+    client of it (on first need: task lookups and actions); ``wake`` wakes the queen's
+    loop (for a command it must run). ``token`` turns the actions on; ``read_token``
+    makes the reads need a token too; ``allow_hosts`` adds Host names (a reverse
+    proxy's) to this server's own.
     """
 
     def __init__(self, observer: Observer, address: str, *, token: str | None = None,
+                 read_token: str | None = None, allow_hosts: Iterable[str] = (),
                  endpoint: Callable[[], str] = lambda: "",
                  wake: Callable[[], None] = lambda: None,
-                 client_kwargs: dict[str, Any] | None = None) -> None:
+                 client: ClientFactory | None = None, limits: Limits | None = None) -> None:
         self.observer = observer
-        self.host, self.port = parse_http(address)
+        self.host, port = parse_http(address)
         self.token = token or None
+        self.policy = Policy(self.host, allow_hosts=allow_hosts, read_token=read_token,
+                             action_token=self.token)
+        self.web = WebServer(self, self.policy, self.host, port,
+                             limits=limits or default_limits())
         self._endpoint = endpoint
         self._wake = wake
-        self._client_kwargs = client_kwargs or {}
-        self._client: Any = None
+        self._make_client = client
+        self._client: ColonyClient | None = None
         self._client_lock = threading.Lock()
         self._registry = registry_for(lambda: observer.latest)
-        self._stop = threading.Event()
-        self._streams = threading.BoundedSemaphore(MAX_STREAMS)
         self._cache: tuple[int, bytes] = (-1, b"")
-        self._cache_lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._static: dict[str, bytes] = {}
+
+    @property
+    def port(self) -> int:
+        return self.web.port
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return self.web.url
 
     def start(self) -> ObserveServer:
         """Bind and serve from a background thread (raises MeshantError if it cannot bind)."""
-        handler = type("Handler", (_Handler,), {"server_ref": self})
         try:
-            httpd = ThreadingHTTPServer((self.host, self.port), handler)
+            self.web.start()
         except OSError as e:
-            raise MeshantError(f"--http {self.host}:{self.port}: cannot listen ({e.strerror});"
-                               " pick a free port, or 0 for any") from None
-        httpd.daemon_threads = True
-        self._httpd = httpd
-        self.port = httpd.server_address[1]
-        self._thread = threading.Thread(target=httpd.serve_forever, args=(0.25,),
-                                        name="meshant-http", daemon=True)
-        self._thread.start()
+            raise MeshantError(f"--http {self.host}:{self.port}: cannot listen "
+                               f"({e.strerror}); pick a free port, or 0 for any") from None
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self.web.stop(timeout)
         with self._client_lock:
             if self._client is not None:
                 self._client.close(1.0)
                 self._client = None
 
-    # -- what the handlers use ------------------------------------------------------------
+    # -- what the requests read ------------------------------------------------------------
 
     def snapshot_json(self) -> bytes | None:
         snap = self.observer.latest
         if snap is None:
             return None
-        with self._cache_lock:
-            if self._cache[0] != snap["seq"]:
-                # Serialized once per snapshot however many dashboards are open.
-                self._cache = (snap["seq"], json.dumps(snap, default=str).encode())
-            return self._cache[1]
+        if self._cache[0] != snap["seq"]:
+            # Serialized once per snapshot however many dashboards are open.
+            self._cache = (snap["seq"], json.dumps(snap, default=str).encode())
+        return self._cache[1]
 
     def metrics(self) -> tuple[bytes, str]:
         return exposition(self._registry)
@@ -151,17 +170,21 @@ class ObserveServer:
                                       "foragers": len(snap["foragers"]),
                                       "queued": snap["queued"], "running": snap["running"]}
 
-    def client(self) -> Any:
+    def access(self, rights: Access) -> dict[str, bool]:
+        """What the page may show and do, for the token it sent."""
+        return {"read": rights >= Access.READ, "act": rights >= Access.ACT,
+                "actions": self.token is not None,
+                "read_token": self.policy.read_token is not None}
+
+    def client(self) -> ColonyClient:
         with self._client_lock:
             if self._client is None:
-                from meshant.actors.client import Client
-                from meshant.actors.config import ClientConfig
-
+                if self._make_client is None:
+                    raise MeshantError("this server has no client of the queen: task "
+                                       "lookups and actions are off")
                 endpoint = self._endpoint().replace("://0.0.0.0:", "://127.0.0.1:").replace(
                     "://*:", "://127.0.0.1:")
-                self._client = Client(endpoint, config=ClientConfig(
-                    name=f"dashboard-{self.port}", timeout=5.0, discover=False,
-                    **self._client_kwargs))
+                self._client = self._make_client(endpoint, f"dashboard-{self.port}")
             return self._client
 
     def task(self, task_id: str) -> dict[str, Any] | None:
@@ -178,11 +201,11 @@ class ObserveServer:
             raise
 
     def act(self, op: str, target: str) -> dict[str, Any]:
-        c = self.client()
         snap = self.observer.latest or {}
         if ACTIONS[op] == "forager":
             if not any(f["name"] == target for f in snap.get("foragers", ())):
                 raise LookupError(f"no forager {target!r} is connected")
+            c = self.client()
             (c.drain if op == "drain" else c.halt)(target)
             return {"ok": True, "op": op, "forager": target}
         if op == "cancel":
@@ -194,168 +217,104 @@ class ObserveServer:
             except TimeoutError:
                 raise MeshantError("the queen's loop did not answer within 5 s",
                                    code=Code.TIMEOUT) from None
-        r = c.dlq("retry", target, timeout=5.0)
+        r = self.client().dlq("retry", target, timeout=5.0)
         return {"ok": True, "op": op, "task": target, "result": r}
 
-    def authorized(self, header: str | None) -> tuple[int, str] | None:
-        """None if the request may act, else (status, why)."""
-        if self.token is None:
-            return 403, ("actions are off: this queen serves a read-only dashboard; start "
-                         "it with --http-token (or MESHANT_HTTP_TOKEN) to allow them")
-        given = (header or "").removeprefix("Bearer ").strip()
-        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return 401, "a valid token is needed: send 'Authorization: Bearer TOKEN'"
-        return None
+    # -- the routes (the WebServer's App) -----------------------------------------------------
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
+    def need(self, method: str, path: str) -> Access:
+        if method != "GET":
+            return Access.ACT
+        if path in PUBLIC or path.startswith("/static/"):
+            return Access.PUBLIC  # the page itself, so it can ask for the token
+        return Access.READ
 
-    def acquire_stream(self) -> bool:
-        return self._streams.acquire(blocking=False)
-
-    def release_stream(self) -> None:
-        self._streams.release()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_ref: ObserveServer
-    server_version = "meshant"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
-              ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        for k, v in (extra or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, status: int, obj: Any) -> None:
-        self._send(status, json.dumps(obj, default=str).encode(), "application/json")
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
-        srv = self.server_ref
-        path, _, query = self.path.partition("?")
+    async def handle(self, request: Request) -> Response | Stream:
+        head = request.head
+        path = head.path
         try:
-            if path in ("/", "/index.html"):
-                path = "/static/index.html"
-            if path == "/metrics":
-                body, ctype = srv.metrics()
-                self._send(200, body, ctype)
-            elif path == "/healthz":
-                status, obj = srv.health(leader_only="leader" in query.split("&"))
-                self._json(status, obj)
-            elif path == "/api/snapshot":
-                snap = srv.snapshot_json()
-                if snap is None:
-                    self._json(503, {"error": "no snapshot yet: the queen is starting"})
-                else:
-                    self._send(200, snap, "application/json")
-            elif path == "/api/events":
-                self._events()
-            elif path.startswith("/static/") and path[8:] in STATIC:
-                name = path[8:]
-                data = resources.files("meshant.observe").joinpath("static", name).read_bytes()
-                self._send(200, data, STATIC[name])
-            elif (m := _TASK_PATH.match(path)) is not None:
-                task = srv.task(m.group(1))
-                if task is None:
-                    self._json(404, {"error": f"no task {m.group(1)!r}"})
-                else:
-                    self._json(200, task)
-            else:
-                self._json(404, {"error": f"nothing at {path}: try /, /metrics, /healthz, "
-                                          "/api/snapshot, /api/events or /api/task/ID"})
+            if head.method == "POST":
+                return await self._action(path, request.body)
+            if head.method not in ("GET", "HEAD"):
+                return json_response(405, {"error": f"{head.method} is not served here"})
+            return await self._get(path, head.query, request.rights)
         except MeshantError as e:
-            self._json(502, {"error": str(e), "code": e.code})
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            return json_response(502, {"error": str(e), "code": e.code})
 
-    def do_POST(self) -> None:
-        srv = self.server_ref
-        # The body is read before any answer: left unread on a kept-alive connection, it
-        # would be parsed as the next request.
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY:
-            self.close_connection = True
-            self._json(400, {"error": f"send a JSON body of at most {MAX_BODY} bytes"})
-            return
-        raw = self.rfile.read(length) if length else b""
-        m = _ACTION_PATH.match(self.path)
+    async def _get(self, path: str, query: str, rights: Access) -> Response | Stream:
+        if path in ("/", "/index.html"):
+            path = "/static/index.html"
+        if path == "/metrics":
+            body, ctype = self.metrics()
+            return Response(200, body, ctype)
+        if path == "/healthz":
+            status, obj = self.health(leader_only="leader" in query.split("&"))
+            # Without read rights, the status alone: enough for a supervisor.
+            return json_response(status, obj if rights >= Access.READ else
+                                 {"status": obj["status"]})
+        if path == "/api/access":
+            return json_response(200, self.access(rights))
+        if path == "/api/snapshot":
+            snap = self.snapshot_json()
+            if snap is None:
+                return json_response(503, {"error": "no snapshot yet: the queen is starting"})
+            return Response(200, snap)
+        if path == "/api/events":
+            return Stream(self._events(), busy="live dashboards are open, the most this "
+                                               "queen serves; poll /api/snapshot instead")
+        if path.startswith("/static/") and path[8:] in STATIC:
+            name = path[8:]
+            if name not in self._static:
+                self._static[name] = resources.files("meshant.observe").joinpath(
+                    "static", name).read_bytes()
+            return Response(200, self._static[name], STATIC[name])
+        if (m := _TASK_PATH.match(path)) is not None:
+            task = await self.web.offload(self.task, m.group(1))
+            if task is None:
+                return json_response(404, {"error": f"no task {m.group(1)!r}"})
+            return json_response(200, task)
+        return json_response(404, {"error": f"nothing at {path}: try /, /metrics, /healthz, "
+                                            "/api/snapshot, /api/events or /api/task/ID"})
+
+    async def _action(self, path: str, raw: bytes) -> Response:
+        m = _ACTION_PATH.match(path)
         if m is None or m.group(1) not in ACTIONS:
-            self._json(404, {"error": f"no action at {self.path}: the actions are "
-                                      + ", ".join(f"/api/action/{a}" for a in ACTIONS)})
-            return
-        refused = srv.authorized(self.headers.get("Authorization"))
-        if refused is not None:
-            self._json(refused[0], {"error": refused[1]})
-            return
+            return json_response(404, {"error": f"no action at {path}: the actions are "
+                                       + ", ".join(f"/api/action/{a}" for a in ACTIONS)})
         op = m.group(1)
         try:
             target = json.loads(raw)["target"]
             if not isinstance(target, str) or not target:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            self._json(400, {"error": f'the body must be JSON {{"target": "<{ACTIONS[op]} '
-                                      'name or id>"}'})
-            return
+            return json_response(400, {"error": f'the body must be JSON {{"target": '
+                                                f'"<{ACTIONS[op]} name or id>"}}'})
         try:
-            self._json(200, srv.act(op, target))
+            return json_response(200, await self.web.offload(self.act, op, target))
         except LookupError as e:
-            self._json(404, {"error": str(e)})
+            return json_response(404, {"error": str(e)})
         except MeshantError as e:
             status = 404 if e.code == "unknown-task" else 409
-            self._json(status, {"error": str(e), "code": e.code})
+            return json_response(status, {"error": str(e), "code": e.code})
 
-    def _events(self) -> None:
-        srv = self.server_ref
-        if not srv.acquire_stream():
-            self._json(503, {"error": f"{MAX_STREAMS} live dashboards are open, the most "
-                                      "this queen serves; poll /api/snapshot instead"})
-            return
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            last = -1
-            quiet = 0.0
-            step = min(0.25, srv.observer.period / 2)
-            while not srv.stopping:
-                snap = srv.observer.latest
-                if snap is not None and snap["seq"] != last:
-                    last = snap["seq"]
-                    data = srv.snapshot_json() or b"{}"
-                    self.wfile.write(b"data: " + data + b"\n\n")
-                    self.wfile.flush()
-                    quiet = 0.0
-                elif quiet >= 15.0:
-                    self.wfile.write(b": keep-alive\n\n")  # proxies close silent streams
-                    self.wfile.flush()
-                    quiet = 0.0
-                time.sleep(step)
-                quiet += step
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            pass
-        finally:
-            srv.release_stream()
+    async def _events(self) -> AsyncGenerator[bytes, None]:
+        """Each new snapshot as a server-sent event, and a comment line when quiet."""
+        last = -1
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        step = min(0.25, self.observer.period / 2)
+        while True:
+            snap = self.observer.latest
+            now = loop.time()
+            if snap is not None and snap["seq"] != last:
+                last = snap["seq"]
+                yield b"data: " + (self.snapshot_json() or b"{}") + b"\n\n"
+                quiet_since = now
+            elif now - quiet_since >= KEEPALIVE:
+                yield b": keep-alive\n\n"
+                quiet_since = now
+            await asyncio.sleep(step)
 
 
-__all__ = ["ACTIONS", "ObserveServer", "parse_http"]
+__all__ = ["ACTIONS", "ClientFactory", "ColonyClient", "ObserveServer", "default_limits",
+           "parse_http"]

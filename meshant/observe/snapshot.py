@@ -76,13 +76,20 @@ INPUT_REQUIRED = "input-required"
 
 def task_view(task: Task, now: float, wall: float) -> dict[str, Any]:
     """A task as the dashboard lists it, its audit timeline included (seconds since
-    submission, state, why)."""
+    submission, state, why). ``started`` is when its latest attempt began, in seconds
+    since submission (None while it never ran): its age counts from submission, its
+    run time from there."""
+    started = None
+    for t, s, _ in reversed(task.history):
+        if s == ASSIGNED:
+            started = round(t - task.submitted, 6)
+            break
     view: dict[str, Any] = {
         "task": task.id, "capability": task.capability, "state": task.state,
         "attempt": task.attempt, "priority": task.priority,
         "forager": task.current.node.name if task.current is not None else None,
         "client": task.client_name, "submitted": round(task.submitted + wall, 3),
-        "age": round(now - task.submitted, 3),
+        "age": round(now - task.submitted, 3), "started": started,
         "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
     }
     final = task.final
