@@ -421,6 +421,10 @@ class SimForager(SimPeer):
         elif msg.kind == "task.cancel":
             fs.cancel(msg.ref)
         elif msg.kind == "task.answer":
+            request = str(msg.b.get("request"))
+            if not request.startswith(f"{msg.ref}.q"):  # (a request is named after its asker)
+                self.ledger.fail("answer-to-asker", f"{self.name}: the answer to {request} "
+                                 f"was sent to assignment {msg.ref}")
             fs.answer(msg.ref, msg.b.get("request"), msg.b.get("value"))
         elif msg.kind == "graph.spawned":
             fs.reply(msg.ref, msg.b)
@@ -447,9 +451,6 @@ class SimForager(SimPeer):
                         self._later(h, self.rng.uniform(0.0, 0.02), self._finish)
                 case fs_.Answered(ref=ref, request=request):
                     h = self.handlers.get(ref)
-                    if not request.startswith(ref + ".q"):
-                        self.ledger.fail("answer-to-asker", f"{self.name}: the answer to "
-                                         f"{request} reached assignment {ref}")
                     if h is not None and h.waiting == request:
                         h.waiting = None
                         self.ledger.answers += 1
@@ -722,7 +723,11 @@ class SimClient(SimPeer):
             self.cs.request(p.Message("task.answer", {"task": task_id, "request": request,
                                                       "value": "yes"}, to="queen"))
             self.pump()
-        self.clock.after(self.rng.uniform(0.01, 1.0), lambda: self.soon(gen, answer))
+        # Mostly at once; now and then late, as a person does (after the forager that
+        # asked may be gone, its task running again elsewhere).
+        delay = self.rng.uniform(0.01, 1.0) if self.rng.random() < 0.8 else (
+            self.rng.uniform(2.0, 8.0))
+        self.clock.after(delay, lambda: self.soon(gen, answer))
 
 
 __all__ = ["SimClient", "SimForager", "SimPeer"]

@@ -9,6 +9,7 @@ delay on the network. The same seed replays the same run, step for step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import random
@@ -48,6 +49,30 @@ class Fault:
         return f"{self.at:8.3f} fault: {self.kind} {self.target}{extra}"
 
 
+@dataclass(frozen=True)
+class Profile:
+    """What a run is made of, in probabilities: the default is every kind of fault and
+    workload; a test may lean on some (the mutants' tests do, to meet their bug sooner)."""
+
+    weights: tuple[tuple[str, float], ...] = (
+        ("kill-queen", 3), ("crash-mid-turn", 3), ("pause-queen", 2), ("kill-forager", 3),
+        ("pause-forager", 2), ("client-reconnect", 2), ("partition", 2),
+        ("late-duplicate", 3), ("garbage", 1), ("oversize", 1))
+    faults: tuple[int, int] = (0, 8)
+    failover: float = 0.3
+    graphs: float = 0.5
+    asks: float = 0.5
+    mailbox: float = 0.4
+
+    def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: float) -> Profile:
+        """This profile with only these faults, at least ``faults[0]`` of them."""
+        return dataclasses.replace(self, weights=tuple((k, 1.0) for k in kinds),
+                                   faults=faults, **kw)
+
+
+DEFAULT = Profile()
+
+
 @dataclass
 class Result:
     seed: int
@@ -76,16 +101,18 @@ def config(**kw: Any) -> QueenConfig:
 class Colony:
     """The processes of one run, and the workload and faults driving them."""
 
-    def __init__(self, seed: int, disabled: frozenset[int] = frozenset()) -> None:
+    def __init__(self, seed: int, disabled: frozenset[int] = frozenset(),
+                 profile: Profile = DEFAULT) -> None:
         p.message.new_id.reset(f"{seed:x}-")
         self.seed = seed
+        self.profile = profile
         self.rng = random.Random(seed)
         self.clock = Clock()
         self.trace: list[str] = []
         self.ledger = Ledger()
         self.net = Net(self.clock, random.Random(self.rng.random()), self.log)
         rng = self.rng
-        self.failover = rng.random() < 0.3
+        self.failover = rng.random() < profile.failover
         names = ["q1", "q2"] if self.failover else ["q1"]
         self.disk = sqlite3.connect(":memory:", isolation_level=None)
         store = LeaseStore(2.0, self.ledger) if self.failover else None
@@ -108,7 +135,9 @@ class Colony:
                                             memory=rng.random() < 0.5, **kw))
         self.clients = [SimClient(f"c{i}", rng=random.Random(rng.random()),
                                   memory=i == 0, **kw) for i in range(rng.randint(1, 3))]
-        self.mailboxes: list[SimClient] = []
+        # A name that is not connected when messages are sent to it, and joins later.
+        self.mailboxes = [SimClient("mb0", rng=random.Random(rng.random()), **kw)] if (
+            rng.random() < profile.mailbox) else []
         self.faults = self._faults(disabled)
 
     def log(self, text: str) -> None:
@@ -118,12 +147,10 @@ class Colony:
 
     def _faults(self, disabled: frozenset[int]) -> list[Fault]:
         rng = self.rng
-        kinds = ["kill-queen", "crash-mid-turn", "pause-queen", "kill-forager",
-                 "pause-forager", "client-reconnect", "partition", "late-duplicate",
-                 "garbage", "oversize"]
-        weights = [3, 3, 2, 3, 2, 2, 2, 3, 1, 1]
+        kinds = [k for k, _ in self.profile.weights]
+        weights = [w for _, w in self.profile.weights]
         faults = []
-        for _ in range(rng.randint(0, 8)):
+        for _ in range(rng.randint(*self.profile.faults)):
             kind = rng.choices(kinds, weights)[0]
             at = rng.uniform(0.5, FAULTS)
             if kind in ("kill-queen", "crash-mid-turn", "pause-queen"):
@@ -133,9 +160,12 @@ class Colony:
                 target = rng.choice(self.foragers).name
                 seconds = rng.uniform(0.3, 8.0)
             elif kind == "partition":
-                peer = rng.choice([*self.foragers, *self.clients])
+                peer = rng.choice([*self.foragers, *self.clients, *self.mailboxes])
                 target = f"{peer.name}/{rng.choice(self.queens).name}"
                 seconds = rng.uniform(0.3, 5.0)
+            elif kind == "client-reconnect":
+                target = rng.choice([*self.clients, *self.mailboxes]).name
+                seconds = 0.0
             else:
                 target = rng.choice(self.clients).name
                 seconds = 0.0
@@ -147,7 +177,7 @@ class Colony:
         rng = self.rng
         clock = self.clock
         n_tasks = rng.randint(5, 30)
-        asks = rng.random() < 0.5
+        asks = rng.random() < self.profile.asks
         keys: list[str] = []
         submitted: list[tuple[SimClient, str]] = []
         foragers = [f.name for f in self.foragers]
@@ -188,7 +218,7 @@ class Colony:
                     c, task = rng.choice(submitted)
                     c.cancel(task)
             clock.at(rng.uniform(1.0, LOAD + 2), cancel)
-        if rng.random() < 0.5:
+        if rng.random() < self.profile.graphs:
             for g in range(rng.randint(1, 2)):
                 clock.at(rng.uniform(0.3, LOAD), functools.partial(self._graph, g))
         if len(self.clients) > 1 and rng.random() < 0.5:
@@ -198,11 +228,7 @@ class Colony:
                         _, task = rng.choice(submitted)
                         self.clients[-1].attach(task, rng.randint(0, 2))
                 clock.at(rng.uniform(0.5, LOAD + 2), attach)
-        if rng.random() < 0.4:  # messages for a name that joins later
-            mb = SimClient(f"mb{len(self.mailboxes)}", clock=self.clock, net=self.net,
-                           ledger=self.ledger, rng=random.Random(rng.random()),
-                           queens=[q.name for q in self.queens], log=self.log)
-            self.mailboxes.append(mb)
+        for mb in self.mailboxes:  # messages for a name that joins later
             for _ in range(rng.randint(1, 3)):
                 clock.at(rng.uniform(0.3, LOAD),
                          lambda: rng.choice(self.clients).tell(mb.name, "hello"))
@@ -261,9 +287,10 @@ class Colony:
             peer, queen = f.target.split("/")
             self.net.partition(peer, queen, f.seconds)
         elif f.kind == "client-reconnect":
-            c = next(x for x in self.clients if x.name == f.target)
-            c.sess.moved(clock.now)
-            c.pump()
+            c = next(x for x in [*self.clients, *self.mailboxes] if x.name == f.target)
+            if c.alive:
+                c.sess.moved(clock.now)
+                c.pump()
         elif f.kind == "late-duplicate":
             self.net.replay_late()
         elif f.kind == "garbage":
@@ -329,6 +356,9 @@ class Colony:
                 return
 
     def _settled(self) -> bool:
+        now = self.clock.now
+        if any(x.paused_until > now for x in [*self.queens, *self.foragers, *self.clients]):
+            return False  # (a paused process has yet to catch up)
         led = self.ledger
         if any(t not in led.outcomes for t in led.submissions):
             return False
@@ -364,9 +394,10 @@ class Colony:
                              f"queen's {items}")
 
 
-def run_seed(seed: int, disabled: frozenset[int] = frozenset()) -> Result:
+def run_seed(seed: int, disabled: frozenset[int] = frozenset(),
+             profile: Profile = DEFAULT) -> Result:
     """Run the colony of ``seed`` (without the faults whose indices are ``disabled``)."""
-    return Colony(seed, disabled).run()
+    return Colony(seed, disabled, profile).run()
 
 
 def shrink(seed: int, first: Result, budget: int = 48,
@@ -422,4 +453,5 @@ def timed(fn: Callable[[], Result]) -> tuple[Result, float]:
     return r, time.perf_counter() - t0
 
 
-__all__ = ["Colony", "Fault", "Result", "config", "relevant", "run_seed", "shrink"]
+__all__ = ["DEFAULT", "Colony", "Fault", "Profile", "Result", "config", "relevant", "run_seed",
+           "shrink"]

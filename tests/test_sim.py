@@ -1,0 +1,185 @@
+"""The colony simulator: deterministic, it passes on the code as it is, and it catches
+the bugs this project has had or could have. Each mutant below is a patch applied here,
+in the test (never a switch in the package), bringing back one bug class; the simulator
+must catch each within a bounded number of seeds, with the invariant that names it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from meshant.core import admission, client_session, conversations, graph_book, inbox, lease
+from meshant.core import scheduler as scheduler_mod
+from meshant.sim import run as simrun
+from meshant.sim.run import DEFAULT, Profile, Result, run_seed, shrink
+
+
+def _first_failure(profile: Profile, seeds: range) -> tuple[int, Result] | None:
+    for seed in seeds:
+        r = run_seed(seed, profile=profile)
+        if r.violation is not None:
+            return seed, r
+    return None
+
+
+def test_the_same_seed_runs_the_same_way() -> None:
+    a, b = run_seed(7), run_seed(7)
+    assert a.trace == b.trace and a.steps == b.steps and a.tasks == b.tasks
+    assert run_seed(8).trace != a.trace
+
+
+def test_the_code_as_it_is_keeps_every_promise() -> None:
+    failures = [(s, r.violation) for s in range(60) if (r := run_seed(s)).violation]
+    assert failures == []
+
+
+def test_the_cli_says_one_line_and_exits_by_it() -> None:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    r = subprocess.run([sys.executable, "-m", "meshant.sim", "--seeds", "20", "-j", "1"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("20 seeds, 0 failed, ") and last.endswith(" s"), last
+    one = subprocess.run([sys.executable, "-m", "meshant.sim", "--seed", "3"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert one.returncode == 0 and "q1@1 starts" in one.stdout
+    bad = subprocess.run([sys.executable, "-m", "meshant.sim", "--seeds", "0"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# -- the mutants -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def mutate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    yield monkeypatch.setattr
+
+
+def _caught(profile: Profile, seeds: int, invariant: str) -> tuple[int, Result]:
+    found = _first_failure(profile, range(seeds))
+    assert found is not None, f"the mutant survived {seeds} seeds"
+    seed, r = found
+    assert r.violation is not None and r.violation.invariant == invariant, r.violation
+    print(f"caught by seed {seed} (of at most {seeds}): {r.violation}")  # (pytest -s)
+    return seed, r
+
+
+@pytest.mark.slow
+def test_mutant_a_late_result_of_a_reissued_attempt_is_accepted(mutate: Any) -> None:
+    real = scheduler_mod.Scheduler.lookup
+
+    def lookup(self: Any, node: Any, ref: str | None) -> tuple[str, Any]:
+        verdict, att = real(self, node, ref)
+        if verdict == "duplicate" and att is not None and att.task.current is not None:
+            return "ok", att  # the fence forgotten: an abandoned attempt answers
+        return verdict, att
+    mutate(scheduler_mod.Scheduler, "lookup", lookup)
+    seed, r = _caught(DEFAULT.only("pause-forager", "kill-forager"), 60,
+                      "superseded-attempt")
+    # And it replays from its seed, shrunk to the faults that matter.
+    small = shrink(seed, r, runner=lambda s, d: run_seed(
+        s, d, DEFAULT.only("pause-forager", "kill-forager")))
+    assert small.violation is not None and small.violation.invariant == "superseded-attempt"
+    assert 1 <= len(small.faults) <= len(r.faults)
+
+
+@pytest.mark.slow
+def test_mutant_a_client_drops_unsent_submissions_on_reconnect(mutate: Any) -> None:
+    def welcomed(self: Any, first: bool) -> None:
+        self._lost_at = None
+        self.outbox.clear()  # what waited for the queen is dropped, nothing sent again
+    mutate(client_session.ClientSession, "welcomed", welcomed)
+    _caught(DEFAULT.only("kill-queen", "crash-mid-turn", "client-reconnect"), 40,
+            "one-outcome")
+
+
+@pytest.mark.slow
+def test_mutant_a_deposed_leader_acts_for_one_turn(mutate: Any) -> None:
+    real = lease.Roles.step
+    swallowed: set[int] = set()
+
+    def step(self: Any, valid: bool, term: int, leader: Any) -> Any:
+        t = real(self, valid, term, leader)
+        if isinstance(t, lease.StepDown) and id(self) not in swallowed:
+            swallowed.add(id(self))
+            self.leading = True  # one more turn as the leader it no longer is
+            return None
+        return t
+    mutate(lease.Roles, "step", step)
+    _caught(DEFAULT.only("pause-queen", failover=1.0), 60, "acted-while-deposed")
+
+
+@pytest.mark.slow
+def test_mutant_a_reused_assignment_id_is_answered_by_the_old_run(mutate: Any) -> None:
+    real = admission.Admission.hello
+
+    def hello(self: Any, req: Any) -> None:
+        real(self, req)
+        node = self.registry.by_id.get(req.identity)
+        if node is not None:
+            node.stale = None  # old runs' answers taken for the new assignments'
+    mutate(admission.Admission, "hello", hello)
+    _caught(DEFAULT.only("crash-mid-turn", "kill-queen", faults=(3, 8), graphs=0.0,
+                         asks=0.0, mailbox=0.0), 300, "superseded-attempt")
+
+
+@pytest.mark.slow
+def test_mutant_a_graph_dependant_is_released_after_its_upstream_failed(mutate: Any) -> None:
+    real = graph_book.GraphBook._end
+
+    def _end(self: Any, g: Any, n: Any, state: str, error: Any, *, notify: bool = True) -> None:
+        if state == graph_book.FAILED:
+            real(self, g, n, graph_book.COMPLETED, None, notify=notify)  # as if it completed
+            n.state = state
+            return
+        real(self, g, n, state, error, notify=notify)
+    mutate(graph_book.GraphBook, "_end", _end)
+    _caught(DEFAULT.only("late-duplicate", faults=(0, 2), graphs=1.0), 40,
+            "graph-dependants")
+
+
+@pytest.mark.slow
+def test_mutant_an_answer_is_delivered_to_a_later_attempt(mutate: Any) -> None:
+    real = conversations.Conversations.answer
+
+    def answer(self: Any, req: Any) -> None:
+        task = self.scheduler.tasks.get(req.msg.b["task"])
+        request = req.msg.b.get("request")
+        q = self.questions.get(task.id, request) if task is not None and request else None
+        if q is not None and task is not None and task.current is not None:
+            q.attempt = task.current.id  # the attempt check forgotten
+        real(self, req)
+    mutate(conversations.Conversations, "answer", answer)
+    _caught(DEFAULT.only("pause-forager", "kill-forager", faults=(3, 8), asks=1.0), 200,
+            "answer-to-asker")
+
+
+@pytest.mark.slow
+def test_mutant_a_kept_inbox_message_is_delivered_twice(mutate: Any) -> None:
+    def take(self: Any, name: str) -> list[Any]:
+        return list(self.boxes.get(name, ()))  # handed over, and kept all the same
+    mutate(inbox.Inboxes, "take", take)
+    _caught(DEFAULT.only("client-reconnect", "kill-queen", faults=(3, 8), mailbox=1.0),
+            100, "inbox-once")
+
+
+def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) -> None:
+    # The smallest mutant: every result is given to its submitter twice.
+    real = simrun.SimClient.do
+
+    def do(self: Any) -> None:
+        actions = self.cs.take()
+        self.cs.out = [*actions, *(a for a in actions
+                                   if isinstance(a, client_session.Ended))]
+        real(self)
+    mutate(simrun.SimClient, "do", do)
+    r = run_seed(0)
+    assert r.violation is not None and r.violation.invariant == "one-outcome"
+    again = run_seed(0)
+    assert again.violation is not None and str(again.violation) == str(r.violation)
