@@ -230,8 +230,7 @@ class Colony:
                 clock.at(rng.uniform(0.5, LOAD + 2), attach)
         for mb in self.mailboxes:  # messages for a name that joins later
             for _ in range(rng.randint(1, 3)):
-                clock.at(rng.uniform(0.3, LOAD),
-                         lambda: rng.choice(self.clients).tell(mb.name, "hello"))
+                clock.at(rng.uniform(0.3, LOAD), functools.partial(self._tell, mb.name))
             clock.at(rng.uniform(2.0, LOAD + 4), mb.start)
         if rng.random() < 0.4:
             for i in range(rng.randint(1, 5)):
@@ -241,6 +240,9 @@ class Colony:
             for i in range(rng.randint(1, 3)):
                 clock.at(rng.uniform(0.3, LOAD),
                          functools.partial(self.clients[0].broadcast, "news", i))
+
+    def _tell(self, name: str) -> None:
+        self.rng.choice(self.clients).tell(name, "hello")
 
     def _graph(self, g: int) -> None:
         rng = self.rng
@@ -357,7 +359,8 @@ class Colony:
 
     def _settled(self) -> bool:
         now = self.clock.now
-        if any(x.paused_until > now for x in [*self.queens, *self.foragers, *self.clients]):
+        processes: list[SimQueen | SimPeer] = [*self.queens, *self.foragers, *self.clients]
+        if any(x.paused_until > now for x in processes):
             return False  # (a paused process has yet to catch up)
         led = self.ledger
         if any(t not in led.outcomes for t in led.submissions):
