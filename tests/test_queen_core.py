@@ -11,7 +11,8 @@ from meshant import protocol as p
 from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
 from meshant.storage.journal import Journal
 
-from .colony_sim import SimColony, SimPeer
+from .inmemory import InMemoryColony as SimColony
+from .inmemory import InMemoryPeer as SimPeer
 
 
 def _submit(sim: SimColony, client, cap: str = "echo", payload: object = None, **kw: object):

@@ -79,6 +79,7 @@ class SimPeer:
         self.fresh()
         self.conn = self.net.connect(self, self.queen)
         self.sess.start(self.clock.now)
+        self.act()  # the first hello, before any timer (as the actors' loop does)
         self.pump()
 
     def fresh(self) -> None:

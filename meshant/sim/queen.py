@@ -76,9 +76,12 @@ class SimQueen:
     """One queen process: started, killed, paused, restarted by the faults."""
 
     def __init__(self, name: str, config: QueenConfig, *, clock: Clock, net: Net,
-                 ledger: Ledger, rng: random.Random, disk: sqlite3.Connection,
+                 ledger: Ledger, rng: random.Random, disk: sqlite3.Connection | None,
                  log: Callable[[str], None], store: LeaseStore | None = None,
-                 queens: list[str] | None = None) -> None:
+                 queens: list[str] | None = None, journal: Any = None) -> None:
+        """``disk``: the in-memory database its journal is written to (and read back from
+        after a restart); ``journal``: a journal to use instead (a test's file or
+        database); neither: no journal."""
         self.name = name
         self.config = config
         self.clock = clock
@@ -99,6 +102,8 @@ class SimQueen:
         self._held: deque[Callable[[], None]] = deque()  # what came while paused
         self.crash_after: int | None = None  # armed: die after this many more actions
         self.on_crash: Callable[[SimQueen], None] = lambda q: None
+        self.on_action: Callable[[Any], None] = lambda a: None
+        self._given = journal
 
     @property
     def life(self) -> str:
@@ -115,7 +120,7 @@ class SimQueen:
         self.up = True
         self.paused_until = 0.0
         self._held.clear()
-        self.journal = Journal(":memory:", connection=self.disk)
+        self.journal = self._open()
         if self.hold is not None:
             self.hold = LeaseHold(self.hold.lease)
             self.roles = Roles(leading=False)
@@ -161,6 +166,14 @@ class SimQueen:
         while held and self.up and self.incarnation == life:
             held.popleft()()
 
+    def _open(self) -> Any:
+        """The journal, as a fresh connection sees it (a new process, a new term)."""
+        if self._given is not None:
+            return self._given
+        if self.disk is None:
+            return None
+        return Journal(":memory:", connection=self.disk)
+
     def _every(self, period: float, life: int, fn: Callable[[], None]) -> None:
         def again() -> None:
             if not self.up or self.incarnation != life:
@@ -180,7 +193,7 @@ class SimQueen:
     def _core(self, restore: bool) -> QueenCore:
         term = self.hold.term if self.hold is not None else 0
         epoch = f"t{term}-{self.life}" if self.store is not None else self.life
-        assert self.journal is not None
+        restore = restore and self.journal is not None
         core = QueenCore(self.config, epoch=epoch, wall_offset=WALL,
                          restored=self.journal.restored() if restore else None,
                          now=self.clock.now, rng=random.Random(self.rng.random()))
@@ -188,7 +201,7 @@ class SimQueen:
         if restore:
             self.ledger.restored[self.life] = {
                 (att.task.id, att.number) for att in core.scheduler.held.values()}
-        else:
+        elif not self.roles.leading:
             core.standby = self._hint()
         return core
 
@@ -213,7 +226,7 @@ class SimQueen:
         leader = store.holder if store.expires > now else ""
         match self.roles.step(hold.valid(now), hold.term, leader):
             case TakeOver(term=term):
-                self.journal = Journal(":memory:", connection=self.disk)  # fresh chains
+                self.journal = self._open()  # fresh chains
                 self.core = self._core(restore=True)
                 self.roles.took_over(term)
                 self.log(f"{self.life} takes over (term {term}): "
@@ -313,6 +326,7 @@ class SimQueen:
     def _carry_out(self, core: QueenCore, actions: list[Any]) -> None:
         net, life = self.net, self.incarnation
         for a in actions:
+            self.on_action(a)
             if self.crash_after is not None:
                 if self.crash_after <= 0:
                     self.crash_after = None
@@ -345,7 +359,8 @@ class SimQueen:
             hold.lost(hold.term)
             self._follow_lease()
             return False
-        assert self.journal is not None
+        if self.journal is None:
+            return True
         try:
             commit(self.journal, action, WALL)
         except Deposed:
