@@ -96,7 +96,7 @@ class SimQueen:
         self.up = False
         self.paused_until = 0.0
         self.core: QueenCore | None = None
-        self.journal: Journal | None = None
+        self.journal: Any = None
         self.hold = LeaseHold(store.lease) if store is not None else None
         self.roles = Roles(leading=store is None)
         self._held: deque[Callable[[], None]] = deque()  # what came while paused
@@ -193,9 +193,10 @@ class SimQueen:
     def _core(self, restore: bool) -> QueenCore:
         term = self.hold.term if self.hold is not None else 0
         epoch = f"t{term}-{self.life}" if self.store is not None else self.life
-        restore = restore and self.journal is not None
+        journal = self.journal if restore else None
+        restore = journal is not None
         core = QueenCore(self.config, epoch=epoch, wall_offset=WALL,
-                         restored=self.journal.restored() if restore else None,
+                         restored=journal.restored() if journal is not None else None,
                          now=self.clock.now, rng=random.Random(self.rng.random()))
         core.term = term
         if restore:
