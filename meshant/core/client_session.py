@@ -39,7 +39,7 @@ Item = p.Message | list[bytes]  # a message, or frames already encoded (a submis
 RETRY_BACKOFF = Backoff(base=0.05, cap=2.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Update:
     """A new update of a pending task (progress, a partial result, a question)."""
 
@@ -48,7 +48,7 @@ class Update:
     body: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ended:
     """A pending task's final result (``body``), or its refusal by the queen (``error``,
     the error message's body)."""
@@ -58,7 +58,7 @@ class Ended:
     error: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GiveUp:
     """The queen has been away too long: every pending submission fails with ``why``."""
 

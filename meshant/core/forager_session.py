@@ -36,7 +36,7 @@ RESENT_MAX = 10_000  # final results kept for re-sending, at most
 ORPHANS_MAX = 10_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Start:
     """Run the handler of ``capability`` for assignment ``ref`` (``run`` identifies this
     run: report its end with it)."""
@@ -51,7 +51,7 @@ class Start:
     trace: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stop:
     """Tell the handler of ``ref`` to stop (the task was cancelled, or is nobody's)."""
 
@@ -59,7 +59,7 @@ class Stop:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answered:
     """The answer to the question ``request`` that the handler of ``ref`` asked."""
 
@@ -68,14 +68,14 @@ class Answered:
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Leave:
     """Stop the forager: drained, or given up on a queen that is gone (``warning``)."""
 
     warning: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     """The queen's answer to a message a handler sent and waits on (``ctx.spawn``):
     ``error`` set when it was refused."""

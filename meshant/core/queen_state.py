@@ -96,7 +96,7 @@ class _Info:
 
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Arrival:
     """A message from a connection that has not said hello (``node`` is None), or a
     hello from one that has: what the admission handlers take."""
@@ -109,7 +109,7 @@ class Arrival:
     now: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
     """A message from a registered peer: what every other handler takes. ``fetched``
     holds the journal's answers to the reads it needed (see ``core/archive.py``): a
