@@ -16,6 +16,10 @@ What the real sessions do by themselves, that a test sees:
   2 ms, sends ``task.accept`` (so ``advance`` after an assignment implies an accept);
 * a peer that hears nothing from the queen for its heartbeat timeout (a pause, a queen
   that forgot it) says hello again, listing what it still runs.
+
+The simulator's invariants hold the test to what a real colony does too: a question's
+``request`` is named after the assignment that asks (``<assign id>.q<n>``), as the
+simulated handlers name theirs, so that an answer is seen to reach its asker.
 """
 
 from __future__ import annotations
