@@ -85,6 +85,28 @@ def test_a_silent_forager_is_declared_offline_its_task_reissued_and_fenced() -> 
     assert sim.assigns(f1) == [] and sim.results(c) == {}
 
 
+def test_a_forager_back_from_a_pause_cannot_finish_the_attempt_it_lost() -> None:
+    sim = InMemoryColony(assign_timeout=60)
+    c = sim.client()
+    f1 = sim.forager("f1")
+    submit = _submit(sim, c, payload=1)
+    (a1,) = sim.assigns(f1)
+    f2 = sim.forager("f2")
+    sim.pass_time(4.0, f2, c)  # f1 stopped: declared offline, its task reissued
+    (a2,) = sim.assigns(f2)
+    assert a2["task"] == submit.id and a2["attempt"] == 2
+    # f1 resumes to the queen's silence and says hello again, listing the attempt it
+    # still runs: welcomed, and told to stop that attempt.
+    f1.one("welcome")
+    assert f1.one("task.cancel").ref == a1["id"]
+    # Its result comes all the same (the handler had finished): registered again, f1
+    # still cannot finish the task in f2's place.
+    f1.send("task.result", {"status": "ok", "result": "late"}, ref=a1["id"])
+    assert sim.results(c) == {} and sim.core.scheduler.counters["duplicates"] == 1
+    _finish(f2, a2, "from f2")
+    assert sim.results(c)[submit.id]["result"] == "from f2"
+
+
 def test_a_lease_renewed_by_heartbeats_is_never_reissued() -> None:
     sim = InMemoryColony(assign_timeout=2)
     c = sim.client()
