@@ -1,5 +1,5 @@
 """The strictness the spec's "Changes" section asks of the queen core, without a socket
-(tests/colony_sim.py): malformed forager answers are refused and change nothing, features
+(tests/inmemory.py): malformed forager answers are refused and change nothing, features
 not negotiated are not used, flags agree with the kind; and the kit's report logic."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 from meshant import protocol as p
 from meshant.conformance.report import FAIL, PASS, SKIP, CheckFailed, Report, Skipped
 
-from .colony_sim import SimColony, SimPeer
+from .inmemory import InMemoryColony, InMemoryPeer
 
 
-def _task(sim: SimColony, **forager: Any) -> tuple[SimPeer, SimPeer, p.Message, dict[str, Any]]:
+def _task(sim: InMemoryColony, **forager: Any
+          ) -> tuple[InMemoryPeer, InMemoryPeer, p.Message, dict[str, Any]]:
     f = sim.forager("f1", **forager)
     c = sim.client()
     sub = c.send("task.submit", {"capability": "echo", "payload": 1})
@@ -29,7 +30,7 @@ def _task(sim: SimColony, **forager: Any) -> tuple[SimPeer, SimPeer, p.Message, 
 ])
 def test_a_malformed_result_is_bad_value_and_the_attempt_stays_current(
         body: dict[str, Any]) -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     f, c, sub, a = _task(sim)
     sent = f.send("task.result", body, ref=a["id"])
     err = f.one("error")
@@ -41,10 +42,11 @@ def test_a_malformed_result_is_bad_value_and_the_attempt_stays_current(
 
 
 def test_a_malformed_progress_is_refused_and_renews_nothing() -> None:
-    sim = SimColony(assign_timeout=10.0)
+    sim = InMemoryColony(assign_timeout=10.0)
     f, c, _sub, a = _task(sim)
+    sim.advance(1.5)  # (f's heartbeats, listing the task, renew its lease meanwhile)
     lease = sim.core.scheduler.attempts[a["id"]].lease
-    sim.advance(1.0)
+    assert lease < sim.now + 10.0  # so a renewal now would show
     f.send("task.progress", {"fraction": 1.5}, ref=a["id"])
     assert f.one("error").b["code"] == "bad-value"
     assert sim.core.scheduler.attempts[a["id"]].lease == lease
@@ -52,7 +54,7 @@ def test_a_malformed_progress_is_refused_and_renews_nothing() -> None:
 
 
 def test_a_malformed_batch_item_is_refused_alone() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     f = sim.forager("f1", slots=2)
     c = sim.client()
     subs = [c.send("task.submit", {"capability": "echo", "payload": i}) for i in range(2)]
@@ -68,7 +70,7 @@ def test_a_malformed_batch_item_is_refused_alone() -> None:
 
 def test_progress_reaches_only_clients_that_negotiated_it() -> None:
     for features, relayed in ((["progress"], True), ([], False)):
-        sim = SimColony()
+        sim = InMemoryColony()
         f = sim.forager("f1")
         c = sim.client(features=features)
         sub = c.send("task.submit", {"capability": "echo"})
@@ -89,14 +91,14 @@ def test_progress_reaches_only_clients_that_negotiated_it() -> None:
 ])
 def test_a_feature_not_negotiated_is_unsupported(kind: str, body: dict[str, Any],
                                                  feature: str) -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client(features=[f for f in p.negotiation.FEATURES if f != feature])
     c.send(kind, body)
     assert c.one("error").b["code"] == "unsupported"
 
 
 def test_a_forager_without_progress_may_not_send_it() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     f, _c, _sub, a = _task(sim, features=["batch"])
     f.send("task.progress", {"fraction": 0.1}, ref=a["id"])
     assert f.one("error").b["code"] == "unsupported"
@@ -105,7 +107,7 @@ def test_a_forager_without_progress_may_not_send_it() -> None:
 
 
 def test_blobs_go_inline_to_a_peer_without_blobs_and_blob_frames_from_it_are_refused() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     f = sim.forager("f1", features=["progress"])
     c = sim.client()
     data = b"x" * p.BLOB_MIN
@@ -120,7 +122,7 @@ def test_blobs_go_inline_to_a_peer_without_blobs_and_blob_frames_from_it_are_ref
 
 
 def test_an_error_sent_to_the_queen_is_not_answered() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     c.send("error", {"code": "bad-value", "message": "no"})
     c.send("task.state", {"task": "t", "state": "queued"})

@@ -1,4 +1,4 @@
-"""Agents in conversation, the queen's side, whole and without a socket (colony_sim):
+"""Agents in conversation, the queen's side, whole and without a socket (tests/inmemory.py):
 questions and answers, attachable update logs with cursors, durable inboxes, rights."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from meshant.core.rights import OPERATIONS, permits
 from meshant.protocol.codec import JSON
 from meshant.storage import open_journal
 
-from .colony_sim import SimColony, SimPeer
+from .inmemory import InMemoryColony, InMemoryPeer
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -27,27 +27,27 @@ def journal_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-def _running(sim: SimColony, c: SimPeer, f: SimPeer) -> dict[str, Any]:
+def _running(sim: InMemoryColony, c: InMemoryPeer, f: InMemoryPeer) -> dict[str, Any]:
     c.send("task.submit", {"capability": "echo", "payload": 1})
     (a,) = sim.assigns(f)
     f.send("task.accept", None, ref=a["id"])
     return a
 
 
-def _ask(f: SimPeer, a: dict[str, Any], n: int, prompt: str = "which?") -> str:
+def _ask(f: InMemoryPeer, a: dict[str, Any], n: int, prompt: str = "which?") -> str:
     request = f"{a['id']}.q{n}"
     f.send("task.ask", {"request": request, "prompt": prompt, "data": {"n": n}}, ref=a["id"])
     return request
 
 
-def _state(sim: SimColony, task_id: str) -> str:
+def _state(sim: InMemoryColony, task_id: str) -> str:
     task = sim.core.scheduler.find_live(task_id)
     assert task is not None
     return task.state
 
 
 def test_ask_answer_resume_and_each_answer_to_its_question_once() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     q1, q2 = _ask(f, a, 1, "first?"), _ask(f, a, 2, "second?")
@@ -83,7 +83,7 @@ def test_ask_answer_resume_and_each_answer_to_its_question_once() -> None:
 
 
 def test_a_withdrawn_question_takes_no_answer_and_the_task_runs_on() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     q = _ask(f, a, 1)
@@ -96,7 +96,7 @@ def test_a_withdrawn_question_takes_no_answer_and_the_task_runs_on() -> None:
 
 def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
     j = open_journal(journal_at)
-    sim = SimColony(journal=j)
+    sim = InMemoryColony(journal=j)
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     f.send("task.progress", {"fraction": 0.5}, ref=a["id"])
@@ -104,7 +104,7 @@ def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
     seq = c.take("task.ask")[0].b["seq"]
     j.close()
     j2 = open_journal(journal_at)
-    sim2 = SimColony(journal=j2)  # the queen restarted on its journal
+    sim2 = InMemoryColony(journal=j2)  # the queen restarted on its journal
     assert _state(sim2, a["task"]) == "input-required"
     assert [x.request for x in sim2.core.conversations.questions.pending(a["task"])] == [q]
     c2 = sim2.client()
@@ -122,7 +122,7 @@ def test_a_pending_question_survives_a_queen_restart(journal_at: str) -> None:
 
 
 def test_attach_from_a_cursor_gets_exactly_what_follows_then_live_updates() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c, f = sim.client(), sim.forager("f")
     w = sim.client("watcher")
     a = _running(sim, c, f)
@@ -146,7 +146,7 @@ def test_attach_from_a_cursor_gets_exactly_what_follows_then_live_updates() -> N
 
 
 def test_a_cursor_older_than_the_log_is_refused_with_what_was_dropped() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.conversations.update_logs.max_count = 3
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
@@ -162,13 +162,11 @@ def test_a_cursor_older_than_the_log_is_refused_with_what_was_dropped() -> None:
 
 
 def test_messages_to_an_offline_name_wait_in_order_and_are_delivered_once() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     ids = []
     for i in range(3):
-        m = p.Message("msg", {"i": i}, frm="client", to="late", ts=1.0,
-                      extra={"receipt": True} if i == 0 else None)
-        sim.deliver(c.identity, p.binary.encode(m))
+        m = c.send("msg", {"i": i}, to="late", extra={"receipt": True} if i == 0 else None)
         ids.append(m.id)
     assert c.take("error") == []
     assert [k.id for k in sim.core.conversations.inboxes.peek("late")] == ids
@@ -184,15 +182,12 @@ def test_messages_to_an_offline_name_wait_in_order_and_are_delivered_once() -> N
 
 
 def test_kept_messages_expire_with_a_receipt_and_a_full_inbox_refuses() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.conversations.inboxes.max_count = 2
     c = sim.client()
-    m = p.Message("note", {"text": "soon gone"}, frm="client", to="away", ts=1.0,
-                  extra={"receipt": True, "ttl": 2.0})
-    sim.deliver(c.identity, p.binary.encode(m))
-    sim.deliver(c.identity, p.binary.encode(p.Message("msg", {}, frm="client", to="away")))
-    full = p.Message("msg", {}, frm="client", to="away")
-    sim.deliver(c.identity, p.binary.encode(full))
+    m = c.send("note", {"text": "soon gone"}, to="away", extra={"receipt": True, "ttl": 2.0})
+    c.send("msg", {}, to="away")
+    c.send("msg", {}, to="away")  # one too many
     err = c.one("error").b
     assert err["code"] == "inbox-full" and "'away'" in err["message"]
     sim.pass_time(3.0, c)
@@ -205,19 +200,18 @@ def test_kept_messages_expire_with_a_receipt_and_a_full_inbox_refuses() -> None:
 
 def test_inboxes_are_journaled_and_kept_across_a_restart(journal_at: str) -> None:
     j = open_journal(journal_at)
-    sim = SimColony(journal=j)
+    sim = InMemoryColony(journal=j)
     c = sim.client()
     for i in range(3):
-        sim.deliver(c.identity, p.binary.encode(p.Message("msg", {"i": i}, frm="client",
-                                                          to="later")))
+        c.send("msg", {"i": i}, to="later")
     j.close()
     j2 = open_journal(journal_at)
-    sim2 = SimColony(journal=j2)
+    sim2 = InMemoryColony(journal=j2)
     f = sim2.forager("later")
     assert [m.b["i"] for m in f.take("msg")] == [0, 1, 2]
     j2.close()
     j3 = open_journal(journal_at)
-    sim3 = SimColony(journal=j3)
+    sim3 = InMemoryColony(journal=j3)
     assert sim3.forager("later").take("msg") == []  # delivered once, not again
     j3.close()
 
@@ -232,58 +226,39 @@ class _Grants:
         return ("client", "admin") if key == b"admin" else ("client", "forager")
 
 
-def _join(sim: SimColony, role: str, name: str, key: bytes, **hello: Any) -> SimPeer:
-    peer = SimPeer(sim, name, f"id-{name}".encode())
-    sim.peers[peer.identity] = peer
-    body = {"role": role, "name": name, "versions": [2], **hello}
-    _send(sim, peer, key, "hello", body)
-    peer.one("welcome")
-    return peer
-
-
-def _send(sim: SimColony, peer: SimPeer, key: bytes, kind: str, body: Any,
-          to: str = "queen") -> p.Message:
-    msg = p.Message(kind, body, frm=peer.name, to=to, ts=1.0)
-    sim.core.receive([peer.identity, *p.binary.encode(msg)], key, sim.now)
-    sim.settle()
-    return msg
-
-
 def test_rights_per_operation_with_keys() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.state.authorized = _Grants()
-    f = _join(sim, "forager", "f", b"fk", slots=1, tools=["echo"])
-    user = _join(sim, "client", "user", b"uk", features=["mem.sync"])
-    other = _join(sim, "client", "other", b"ok")
-    admin = _join(sim, "client", "root", b"admin")
+    f = sim.forager("f", key=b"fk", slots=1, tools=["echo"])
+    user = sim.client("user", key=b"uk", features=["mem.sync"])
+    other = sim.client("other", key=b"ok")
+    admin = sim.client("root", key=b"admin")
     for kind in ("ctl.drain", "ctl.halt"):
-        _send(sim, user, b"uk", kind, {}, to="f")
+        user.send(kind, {}, to="f")
         err = user.one("error").b
         assert err["code"] == "forbidden" and err["operation"] == kind and kind in err["message"]
     assert f.take("ctl.drain") == [] and f.take("ctl.halt") == []
-    _send(sim, user, b"uk", "dlq", {"op": "purge", "all": True})
+    user.send("dlq", {"op": "purge", "all": True})
     assert user.one("error").b["operation"] == "dlq.purge"
-    _send(sim, user, b"uk", "mem.sync", {"op": "set", "key": "meshant.mode", "value": 1})
+    user.send("mem.sync", {"op": "set", "key": "meshant.mode", "value": 1})
     assert user.one("error").b["operation"] == "mem.reserved"
-    _send(sim, user, b"uk", "mem.sync", {"op": "set", "key": "mine", "value": 1})
+    user.send("mem.sync", {"op": "set", "key": "mine", "value": 1})
     assert user.one("mem.sync").b["op"] == "ok"
-    _send(sim, user, b"uk", "inbox", {"op": "purge", "name": "x"})
+    user.send("inbox", {"op": "purge", "name": "x"})
     assert user.one("error").b["operation"] == "inbox.purge"
     # A task: its submitter (and an admin) may answer and attach; another client not.
-    _send(sim, user, b"uk", "task.submit", {"capability": "echo"})
+    user.send("task.submit", {"capability": "echo"})
     (a,) = sim.assigns(f)
-    msg = p.Message("task.ask", {"request": "r1", "prompt": "?"}, frm="f", ref=a["id"])
-    sim.core.receive([f.identity, *p.binary.encode(msg)], b"fk", sim.now)
-    sim.settle()
+    _ask(f, a, 1, "?")
     for kind, body in (("task.attach", {"task": a["task"]}),
                        ("task.answer", {"task": a["task"], "value": 1})):
-        _send(sim, other, b"ok", kind, body)
+        other.send(kind, body)
         assert other.one("error").b["code"] == "forbidden"
-    _send(sim, admin, b"admin", "task.attach", {"task": a["task"]})
+    admin.send("task.attach", {"task": a["task"]})
     admin.one("task.attached")
-    _send(sim, user, b"uk", "task.answer", {"task": a["task"], "value": 1})
+    user.send("task.answer", {"task": a["task"], "value": 1})
     user.one("task.answered")
-    _send(sim, admin, b"admin", "ctl.drain", {}, to="f")
+    admin.send("ctl.drain", {}, to="f")
     assert f.one("ctl.drain")
     assert sim.core.counters["forbidden"] == 7
 
@@ -312,7 +287,7 @@ def test_update_logs_and_inboxes_are_bounded_in_bytes() -> None:
 
 def test_a_tasks_updates_and_questions_are_pruned_with_it(journal_at: str) -> None:
     j = open_journal(journal_at)
-    sim = SimColony(journal=j)
+    sim = InMemoryColony(journal=j)
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     f.send("task.progress", {"fraction": 0.5}, ref=a["id"])
@@ -326,7 +301,7 @@ def test_a_tasks_updates_and_questions_are_pruned_with_it(journal_at: str) -> No
 
 
 def test_questions_are_bounded_and_a_1_1_agent_gets_its_inbox_too() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c, f = sim.client(), sim.forager("f")
     a = _running(sim, c, f)
     big = "x" * (sim.core.config.mem_max_value + 1)
@@ -335,12 +310,10 @@ def test_questions_are_bounded_and_a_1_1_agent_gets_its_inbox_too() -> None:
     assert err["code"] == "too-large" and "--mem-max-value" in err["message"]
     assert _state(sim, a["task"]) == "accepted" and c.take("task.ask") == []
     # An IACP 1.1 forager registers with its first heartbeat: what waited comes then.
-    sim.deliver(c.identity, p.binary.encode(p.Message("note", {"text": "hi"}, frm="client",
-                                                      to="old-agent")))
-    old = SimPeer(sim, "old-agent", b"id-old")
-    sim.peers[old.identity] = old
+    c.send("note", {"text": "hi"}, to="old-agent")
+    old = sim.raw("old-agent")
     hb = p.Message("hb", {"slots": 1, "tools": ["echo"]}, frm="old-agent", to="queen", ts=1.0,
                    v="1.1")
-    sim.deliver(old.identity, p.encode_for(hb, JSON))
+    old.send_frames(p.encode_for(hb, JSON))
     (note,) = old.take("note")
     assert note.b == {"text": "hi"} and note.frm == "client"

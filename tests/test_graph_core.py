@@ -1,6 +1,6 @@
 """Task graphs without sockets: the checks (cycles named, missing names, duplicates, the
-size limit), substitution, and whole graphs run by a QueenCore in memory (colony_sim),
-a journal restart included."""
+size limit), substitution, and whole graphs run by a QueenCore in memory with its peers'
+real sessions (tests/inmemory.py), a journal restart included."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from meshant.core.graph import GraphError, check_graph, find_cycle, normalize, substitute
 from meshant.protocol.codes import Code
 from meshant.storage import open_journal
-from tests.colony_sim import SimColony, SimPeer
+from tests.inmemory import InMemoryColony, InMemoryPeer
 
 
 def n(name: str, cap: str = "echo", payload: Any = None, **kw: Any) -> dict[str, Any]:
@@ -66,7 +66,8 @@ def test_normalize_and_substitute() -> None:
 
 # -- running, in memory ------------------------------------------------------------------
 
-def run_all(col: SimColony, fg: SimPeer, fn: Any = None, limit: int = 10_000) -> list[str]:
+def run_all(col: InMemoryColony, fg: InMemoryPeer, fn: Any = None,
+            limit: int = 10_000) -> list[str]:
     """Answer every assign the forager gets with fn(body) (default: echo the payload),
     until none come; returns the task ids in the order they ran."""
     ran = []
@@ -81,12 +82,12 @@ def run_all(col: SimColony, fg: SimPeer, fn: Any = None, limit: int = 10_000) ->
     raise AssertionError("did not settle")
 
 
-def graph_msgs(client: SimPeer, kind: str) -> list[dict[str, Any]]:
+def graph_msgs(client: InMemoryPeer, kind: str) -> list[dict[str, Any]]:
     return [m.b for m in client.take(kind)]
 
 
 def test_diamond_substitutes_results() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=4, tools=["echo"])
     cl = col.client()
     cl.send("graph.submit", {"nodes": [
@@ -104,7 +105,7 @@ def test_diamond_substitutes_results() -> None:
 
 
 def test_failure_cancels_exactly_its_dependants() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=4, tools=["echo"])
     cl = col.client()
     cl.send("graph.submit", {"nodes": [
@@ -124,7 +125,7 @@ def test_failure_cancels_exactly_its_dependants() -> None:
 
 
 def test_refused_graph_runs_nothing() -> None:
-    col = SimColony(max_graph_nodes=5)
+    col = InMemoryColony(max_graph_nodes=5)
     fg = col.forager("f")
     cl = col.client()
     for nodes in ([n("a", after=["b"]), n("b", after=["a"])], [n("a", after=["x"])],
@@ -136,7 +137,7 @@ def test_refused_graph_runs_nothing() -> None:
 
 
 def test_cancel_graph() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=1)
     cl = col.client()
     cl.send("graph.submit", {"nodes": [n("a"), n("b", after=["a"]), n("c")]}, id="g3")
@@ -148,7 +149,7 @@ def test_cancel_graph() -> None:
 
 
 def test_spawn_fan_out_and_gather() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=8, tools=["echo", "plan"])
     cl = col.client()
     cl.send("graph.submit", {"nodes": [
@@ -172,7 +173,7 @@ def test_spawn_fan_out_and_gather() -> None:
 
 
 def test_spawn_deadlock_refused() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=8, tools=["echo"])
     cl = col.client()
     cl.send("graph.submit", {"nodes": [n("p"), n("g", after_spawned=["p"])]}, id="g5")
@@ -193,7 +194,7 @@ def journal_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_restart_carries_graph_on(journal_spec: str) -> None:
     j = open_journal(journal_spec)
-    col = SimColony(journal=j)
+    col = InMemoryColony(journal=j)
     fg = col.forager("f", slots=2)
     cl = col.client()
     cl.send("graph.submit", {"nodes": [n("a", payload=1), n("b", payload={"$result": "a"}),
@@ -211,7 +212,7 @@ def test_restart_carries_graph_on(journal_spec: str) -> None:
     j.close()
     # Restarted on the journal: b is held for its forager, a's result stays known.
     j2 = open_journal(journal_spec)
-    col2 = SimColony(journal=j2)
+    col2 = InMemoryColony(journal=j2)
     fg2 = col2.forager("f", slots=2, running=[b["id"]])
     cl2 = col2.client()
     cl2.send("graph.submit", {"nodes": []}, id="g6")  # the client re-sends its graph
@@ -229,7 +230,7 @@ def test_restart_carries_graph_on(journal_spec: str) -> None:
 
 
 def test_long_chain_failing_first_cancels_the_rest() -> None:
-    col = SimColony()
+    col = InMemoryColony()
     fg = col.forager("f", slots=1)
     cl = col.client()
     nodes = [n("c0", max_attempts=1)] + [n(f"c{i}", after=[f"c{i - 1}"])
@@ -243,7 +244,7 @@ def test_long_chain_failing_first_cancels_the_rest() -> None:
 
 def test_journal_prunes_ended_graphs(journal_spec: str) -> None:
     j = open_journal(journal_spec)
-    col = SimColony(journal=j)
+    col = InMemoryColony(journal=j)
     fg = col.forager("f", slots=2)
     cl = col.client()
     for gid in ("old", "new"):
@@ -259,7 +260,7 @@ def test_journal_prunes_ended_graphs(journal_spec: str) -> None:
 
 
 def test_payload_grown_past_the_limit_fails_its_node() -> None:
-    col = SimColony(max_message=64 * 1024)
+    col = InMemoryColony(max_message=64 * 1024)
     fg = col.forager("f", slots=2)
     cl = col.client()
     cl.send("graph.submit", {"nodes": [n("a"), n("b", payload=[{"$result": "a"}] * 3),

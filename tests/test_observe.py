@@ -25,11 +25,11 @@ from meshant.observe.server import parse_http
 from meshant.observe.snapshot import BUCKETS
 from meshant.observe.top import frame
 
-from .colony_sim import SimColony
 from .conftest import Procs, wait_for
+from .inmemory import InMemoryColony
 
 
-def _run_one(sim: SimColony, client: Any, forager: Any, result: Any = "ok",
+def _run_one(sim: InMemoryColony, client: Any, forager: Any, result: Any = "ok",
              dt: float = 0.0, **kw: Any) -> None:
     client.send("task.submit", {"capability": "echo", "payload": 1, **kw})
     (a,) = sim.assigns(forager)
@@ -41,7 +41,7 @@ def _run_one(sim: SimColony, client: Any, forager: Any, result: Any = "ok",
 
 
 def test_snapshot_counts_per_capability_and_times_each_task_once() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer(period=0.5)
     c = sim.client()
     f = sim.forager("f1", slots=1, tools=["echo"], labels={"zone": "a"})
@@ -81,7 +81,7 @@ def test_snapshot_counts_per_capability_and_times_each_task_once() -> None:
 
 
 def test_snapshot_failures_reissues_and_dead_letters() -> None:
-    sim = SimColony(breaker_threshold=1)
+    sim = InMemoryColony(breaker_threshold=1)
     obs = Observer()
     c = sim.client()
     f = sim.forager("f1")
@@ -98,7 +98,7 @@ def test_snapshot_failures_reissues_and_dead_letters() -> None:
 
 
 def test_observer_keeps_bounded_lists() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer()
     c = sim.client()
     f = sim.forager("f1", slots=1)
@@ -403,7 +403,7 @@ def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(snapshot, "SCAN_SLICE", 3)
     monkeypatch.setattr(snapshot, "SCAN_BUDGET", -1.0)  # one slice per snapshot
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer()
     c = sim.client()
     for i in range(8):  # nobody serves "later": they stay queued
@@ -421,7 +421,7 @@ def test_a_long_queue_is_counted_in_steps(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_snapshot_of_a_standby() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer()
     assert obs.publish(sim.core, sim.now, 0.0)["role"] == "leader"
     sim.core.standby = {"role": "standby", "term": 3, "leader": "tcp://10.0.0.1:5670"}
@@ -464,7 +464,7 @@ def test_leader_and_standby_over_http(procs: Procs, tmp_path: Any, pg_url: str) 
 def test_healthz_says_stalled_when_the_loop_stops_publishing() -> None:
     from meshant.observe.server import ObserveServer
 
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer()
     srv = ObserveServer(obs, "127.0.0.1:0")  # not started: health() reads the observer only
     assert srv.health()[0] == 503 and srv.health()[1]["status"] == "starting"
@@ -476,7 +476,7 @@ def test_healthz_says_stalled_when_the_loop_stops_publishing() -> None:
 
 
 def test_snapshot_lists_tasks_waiting_for_input_and_running_graphs() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     obs = Observer()
     c = sim.client()
     f = sim.forager("f1", slots=2, tools=["echo"])

@@ -1,5 +1,5 @@
-"""The queen's logic, whole, without a socket: a QueenCore, scripted peers and a fake
-clock (tests/colony_sim.py). Each scenario runs in milliseconds."""
+"""The queen's logic, whole, without a socket: a QueenCore, its peers' real sessions and
+a virtual clock (tests/inmemory.py). Each scenario runs in milliseconds."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from meshant import protocol as p
 from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
 from meshant.storage.journal import Journal
 
-from .inmemory import InMemoryColony as SimColony
-from .inmemory import InMemoryPeer as SimPeer
+from .inmemory import InMemoryColony
 
 
-def _submit(sim: SimColony, client, cap: str = "echo", payload: object = None, **kw: object):
+def _submit(sim: InMemoryColony, client, cap: str = "echo", payload: object = None, **kw: object):
     return client.send("task.submit", {"capability": cap, "payload": payload, **kw})
 
 
@@ -33,7 +32,7 @@ def test_the_core_reads_no_clock_and_returns_typed_actions() -> None:
 
 
 def test_priority_then_fifo_and_slots() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     for payload, prio in [("a", 50), ("b", 10), ("c", 50), ("d", 0)]:
         _submit(sim, c, payload=payload, priority=prio)
@@ -48,7 +47,7 @@ def test_priority_then_fifo_and_slots() -> None:
 
 
 def test_routing_by_capability_labels_and_name() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     cpu = sim.forager("cpu", slots=5, tools=["echo", "crawl"], labels={"gpu": False})
     gpu = sim.forager("gpu", slots=5, tools=["echo"], labels={"gpu": True})
     c = sim.client()
@@ -60,61 +59,90 @@ def test_routing_by_capability_labels_and_name() -> None:
 
 
 def test_a_silent_forager_is_declared_offline_its_task_reissued_and_fenced() -> None:
-    sim = SimColony(assign_timeout=60)
+    sim = InMemoryColony(assign_timeout=60)
     c = sim.client()
     f1 = sim.forager("f1")
     submit = _submit(sim, c, payload=1)
     (a1,) = sim.assigns(f1)
     f2 = sim.forager("f2")
-    sim.pass_time(4.0, f2, c)  # f1 goes silent; the others keep beating
+    f1.pause(10.0)  # f1 goes silent (SIGSTOP); the others keep beating
+    sim.advance(4.0)
+    assert "f1" not in sim.core.registry.by_name
     (a2,) = sim.assigns(f2)
     assert a2["task"] == submit.id and a2["attempt"] == 2
     _finish(f2, a2, "from f2")
-    # f1 comes back with the old attempt's result: not registered, dropped, counted.
+    # The old attempt's result, sent by f1 before it stopped, arrives late: f1 is not
+    # registered any more, so it is dropped and counted.
     f1.send("task.result", {"status": "ok", "result": "late"}, ref=a1["id"])
     assert f1.one("error").b["code"] == "not-registered"
     (r,) = sim.results(c).values()
     assert r["result"] == "from f2"
     assert sim.core.scheduler.counters["duplicates"] == 1
+    # f1 resumes and, the queen silent for it all along, says hello again: welcomed,
+    # with nothing to run, and the task's one result stands.
+    sim.advance(6.0)
+    f1.one("welcome")
+    assert sim.assigns(f1) == [] and sim.results(c) == {}
+
+
+def test_a_forager_back_from_a_pause_cannot_finish_the_attempt_it_lost() -> None:
+    sim = InMemoryColony(assign_timeout=60)
+    c = sim.client()
+    f1 = sim.forager("f1")
+    submit = _submit(sim, c, payload=1)
+    (a1,) = sim.assigns(f1)
+    f2 = sim.forager("f2")
+    sim.pass_time(4.0, f2, c)  # f1 stopped: declared offline, its task reissued
+    (a2,) = sim.assigns(f2)
+    assert a2["task"] == submit.id and a2["attempt"] == 2
+    # f1 resumes to the queen's silence and says hello again, listing the attempt it
+    # still runs: welcomed, and told to stop that attempt.
+    f1.one("welcome")
+    assert f1.one("task.cancel").ref == a1["id"]
+    # Its result comes all the same (the handler had finished): registered again, f1
+    # still cannot finish the task in f2's place.
+    f1.send("task.result", {"status": "ok", "result": "late"}, ref=a1["id"])
+    assert sim.results(c) == {} and sim.core.scheduler.counters["duplicates"] == 1
+    _finish(f2, a2, "from f2")
+    assert sim.results(c)[submit.id]["result"] == "from f2"
 
 
 def test_a_lease_renewed_by_heartbeats_is_never_reissued() -> None:
-    sim = SimColony(assign_timeout=2)
+    sim = InMemoryColony(assign_timeout=2)
     c = sim.client()
     f = sim.forager("f")
     f2 = sim.forager("f2")
     _submit(sim, c, payload="long", to="f")
     (a,) = sim.assigns(f)
-    for _ in range(10):  # 5 s: over twice the lease, heartbeats listing the task
-        sim.pass_time(0.5, f2, c)
-        f.send("hb", {"running": [a["id"]]})
+    # 5 s: over twice the lease. f's session beats every second while it runs a task,
+    # listing it; nothing else comes from f.
+    sim.advance(5.0)
+    assert sim.core.scheduler.attempts[a["id"]].lease > sim.now
     assert sim.assigns(f2) == [] and sim.core.scheduler.counters["reissued"] == 0
     _finish(f, a, "done")
     assert next(iter(sim.results(c).values()))["result"] == "done"
 
 
 def test_drain_takes_nothing_new_and_halt_reissues() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     f1 = sim.forager("f1", slots=2)
     f2 = sim.forager("f2", slots=2)
     c.send("ctl.drain", {}, frm="client")  # no target: refused
     assert c.one("error").b["code"] == "unknown-recipient"
-    msg = p.Message("ctl.drain", {}, frm="client", to="f1")
-    sim.deliver(c.identity, p.binary.encode(msg))
+    c.send("ctl.drain", {}, to="f1")
     assert f1.one("ctl.drain")
     for i in range(2):
         _submit(sim, c, payload=i)
     assert len(sim.assigns(f2)) == 2 and sim.assigns(f1) == []
-    halt = p.Message("ctl.halt", {}, frm="client", to="f2")
-    sim.deliver(c.identity, p.binary.encode(halt))
+    c.send("ctl.halt", {}, to="f2")
     assert f2.one("ctl.halt")
     assert "f2" not in sim.core.registry.by_name
     assert sim.core.scheduler.counters["reissued"] == 2
 
 
 def test_memory_set_is_published_and_answered() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     c.send("mem.sync", {"op": "set", "key": "config", "value": {"rate": 5}})
     assert c.one("mem.sync").b["op"] == "ok"
@@ -125,7 +153,7 @@ def test_memory_set_is_published_and_answered() -> None:
 
 
 def test_dead_letters_listed_and_retried() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     f = sim.forager("f")
     sub = _submit(sim, c, payload="bad", max_attempts=1)
@@ -143,7 +171,7 @@ def test_dead_letters_listed_and_retried() -> None:
 
 
 def test_an_idempotency_key_runs_once() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     f = sim.forager("f")
     first = _submit(sim, c, payload=1, key="k")
@@ -156,7 +184,7 @@ def test_an_idempotency_key_runs_once() -> None:
 
 
 def test_a_resubmitted_id_is_the_same_task_and_gets_a_missed_result_again() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     c = sim.client()
     f = sim.forager("f")
     sub = _submit(sim, c, payload=1)
@@ -175,7 +203,7 @@ def test_a_resubmitted_id_is_the_same_task_and_gets_a_missed_result_again() -> N
 
 
 def test_a_rejoining_forager_is_told_to_stop_what_the_queen_does_not_hold() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     f = sim.forager("f", session="s1")
     f.send("hello", {"role": "forager", "name": "f", "versions": [2], "slots": 1,
                      "tools": ["echo"], "session": "s1", "running": ["gone.1"]})
@@ -187,7 +215,7 @@ def test_a_rejoining_forager_is_told_to_stop_what_the_queen_does_not_hold() -> N
 def test_restart_recovery_from_a_journal(tmp_path: Path) -> None:
     db = str(tmp_path / "q.db")
     j = Journal(db)
-    sim = SimColony(journal=j, journal_defer=0)  # every task written as it arrives
+    sim = InMemoryColony(journal=j, journal_defer=0)  # every task written as it arrives
     c = sim.client()
     f = sim.forager("f", slots=1)
     subs = [_submit(sim, c, payload=i) for i in range(3)]
@@ -198,7 +226,7 @@ def test_restart_recovery_from_a_journal(tmp_path: Path) -> None:
     # A new core on the same journal: the two unfinished tasks are back, the finished one
     # stays on disk and still answers its submitter.
     j2 = Journal(db)
-    sim2 = SimColony(journal=j2)
+    sim2 = InMemoryColony(journal=j2)
     try:
         assert sim2.core.restored == 2
         c2 = sim2.client()
@@ -216,7 +244,7 @@ def test_restart_recovery_from_a_journal(tmp_path: Path) -> None:
 
 
 def test_records_come_before_the_sends_of_their_turn() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.scheduler.track_changes = True  # as with a journal
     c = sim.client()
     sim.forager("f")
@@ -239,7 +267,7 @@ def _journaled(j: Journal) -> dict[str, str]:
 
 def test_a_young_submission_is_written_once_when_it_ends(tmp_path: Path) -> None:
     j = Journal(tmp_path / "q.db")
-    sim = SimColony(journal=j)  # journal_defer: 0.1 s by default
+    sim = InMemoryColony(journal=j)  # journal_defer: 0.1 s by default
     try:
         c = sim.client()
         f = sim.forager("f", slots=1)
@@ -272,7 +300,7 @@ def test_a_young_submission_is_written_once_when_it_ends(tmp_path: Path) -> None
 
 
 def test_a_re_sent_submission_asking_for_an_ack_is_written_before_the_ack() -> None:
-    sim = SimColony(journal_defer=5.0)
+    sim = InMemoryColony(journal_defer=5.0)
     sim.core.scheduler.track_changes = True  # as with a journal
     c = sim.client()
     sub = _submit(sim, c, payload=1)  # no ack: its write waits
@@ -289,7 +317,7 @@ def test_a_re_sent_submission_asking_for_an_ack_is_written_before_the_ack() -> N
 
 
 def test_a_status_or_attach_carrying_a_result_waits_for_its_record() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.scheduler.track_changes = True
     c = sim.client()
     f = sim.forager("f")
@@ -312,7 +340,7 @@ def test_a_status_or_attach_carrying_a_result_waits_for_its_record() -> None:
 
 def test_a_task_accepted_by_its_forager_is_written_at_once(tmp_path: Path) -> None:
     j = Journal(tmp_path / "q.db")
-    sim = SimColony(journal=j, journal_defer=5.0)
+    sim = InMemoryColony(journal=j, journal_defer=5.0)
     try:
         c = sim.client()
         f = sim.forager("f", slots=1)
@@ -327,7 +355,7 @@ def test_a_task_accepted_by_its_forager_is_written_at_once(tmp_path: Path) -> No
 
 def test_a_clean_stop_writes_the_waiting_tasks(tmp_path: Path) -> None:
     j = Journal(tmp_path / "q.db")
-    sim = SimColony(journal=j, journal_defer=5.0)
+    sim = InMemoryColony(journal=j, journal_defer=5.0)
     try:
         c = sim.client()
         sub = _submit(sim, c, payload=1)
@@ -344,11 +372,10 @@ def test_a_clean_stop_writes_the_waiting_tasks(tmp_path: Path) -> None:
 # -- standing by, and colony memory in the journal --------------------------------------
 
 def test_a_standby_core_answers_everything_not_leader_naming_the_leader() -> None:
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.standby = {"role": "standby", "term": 4, "queen": "qb", "leader": "tcp://a:1",
                         "message": "queen 'qb' is a standby: queen 'qa' leads (term 4)"}
-    f = SimPeer(sim, "f1", b"id-f1")
-    sim.peers[f.identity] = f
+    f = sim.raw("f1")  # (a session would go on to another queen: this one says hello once)
     hello = f.send("hello", {"role": "forager", "name": "f1", "versions": [2],
                              "codecs": ["msgpack"], "slots": 1, "tools": ["echo"]})
     err = f.one("error")
@@ -366,7 +393,7 @@ def test_a_standby_core_answers_everything_not_leader_naming_the_leader() -> Non
 
 def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
-    sim = SimColony(journal=Journal(path))
+    sim = InMemoryColony(journal=Journal(path))
     c = sim.client("c")
     for op in ({"op": "set", "key": "plan", "value": {"step": 3}},
                {"op": "set", "key": "lease", "value": "x", "ttl": 30.0},
@@ -378,7 +405,7 @@ def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path)
     seq = sim.core.memory.seq
     assert sim.journal is not None
     sim.journal.close()
-    again = SimColony(journal=Journal(path))  # (the same wall clock: no time went by)
+    again = InMemoryColony(journal=Journal(path))  # (the same wall clock: no time went by)
     mem = again.core.memory
     assert mem.items == {"plan": {"step": 3}, "lease": "x", "short": 2} and mem.seq == seq
     assert mem.expires["lease"] - again.now == pytest.approx(30.0)
@@ -391,7 +418,7 @@ def test_colony_memory_is_journaled_and_comes_back_with_its_ttls(tmp_path: Path)
 
 
 def test_keys_expiring_together_are_one_journal_record() -> None:
-    sim = SimColony(journal=None)
+    sim = InMemoryColony(journal=None)
     sim.core.memory_service.journaled = True  # journaled (records counted, not written)
     c = sim.client("c")
     for i in range(50):
@@ -408,7 +435,7 @@ def test_a_queen_stopping_cleanly_says_so_to_every_peer() -> None:
 
     from meshant.core.session import PeerSession
 
-    sim = SimColony()
+    sim = InMemoryColony()
     sim.core.farewell(sim.now)
     (a,) = sim.core.take()
     assert isinstance(a, Publish)

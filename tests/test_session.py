@@ -1,5 +1,5 @@
 """The peer session, sans-IO: its lifecycle table driven with events and a fake clock,
-and a session talking to a real QueenCore through the codec, in memory."""
+and a session talking to a real QueenCore through the codec, in memory (tests/inmemory.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import random
 
 import pytest
 
-from meshant import protocol as p
 from meshant.core import session as ses
 from meshant.core.session import TRANSITIONS, PeerSession, State
 
-from .colony_sim import SimColony
+from .inmemory import InMemoryColony
 
 WELCOME = {"version": 2, "features": ["batch"], "hb_interval": 1.0, "hb_misses": 3,
            "assign_timeout": 30.0, "epoch": "e1", "max_message": 1000}
@@ -115,25 +114,16 @@ def test_the_table_refuses_what_it_does_not_list() -> None:
 
 
 def test_a_session_and_a_queen_core_agree_in_memory() -> None:
-    sim = SimColony(max_message=5000)
-    s = PeerSession()
-    identity = b"sess-peer"
-    inbox: list[p.Message] = []
-
-    class Peer:
-        def __init__(self) -> None:
-            self.name, self.identity, self.inbox, self.heard = "sess", identity, inbox, []
-
-    sim.peers[identity] = Peer()  # type: ignore[assignment]
-    s.start(sim.now)
-    assert kinds(s) == ["SayHello"]
-    hello = p.Message("hello", {"role": "client", "name": "sess", "versions": [2]},
-                      frm="sess")
-    sim.deliver(identity, p.binary.encode(hello))
-    s.hello_sent(hello.id, sim.now)
-    (welcome,) = inbox
-    s.on_welcome(welcome.ref, welcome.b, sim.now)
-    assert s.state is State.ACTIVE and s.max_message == 5000 and s.epoch == "epoch-1"
+    sim = InMemoryColony(max_message=5000)
+    c = sim.client("sess")  # its real session said hello, and the welcome came back
+    s = c.peer.sess if c.peer is not None else None
+    assert s is not None and s.state is State.ACTIVE
+    assert s.max_message == 5000 and s.epoch == sim.core.epoch
+    assert s.hb_interval == sim.core.config.hb_interval
+    assert "sess" in sim.core.registry.by_name
+    sim.advance(5.0)  # its beats keep it registered; the queen's keep it active
+    assert s.state is State.ACTIVE and s.reconnects == 0
+    assert sim.core.registry.by_name["sess"].identity == c.identity
 
 
 def test_not_leader_to_a_hello_redirects_soon_and_to_an_active_peer_loses_the_queen() -> None:

@@ -103,6 +103,11 @@ class SimQueen:
         self.crash_after: int | None = None  # armed: die after this many more actions
         self.on_crash: Callable[[SimQueen], None] = lambda q: None
         self.on_action: Callable[[Any], None] = lambda a: None
+        # How long a journal read takes: a network database's round trip (a test's
+        # in-memory colony reads as SQLite does, at once).
+        self.read_delay = (0.0001, 0.003)
+        # The CURVE key a connection authenticated with (the simulator's have none).
+        self.key_of: Callable[[bytes], bytes | None] = lambda identity: None
         self._given = journal
 
     @property
@@ -294,7 +299,7 @@ class SimQueen:
                 waiting = len(core.reads.peers[identity])
                 if waiting >= PER_PEER:
                     self.ledger.fail("bounded", f"{waiting} messages wait behind a read")
-            core.receive([identity, *frames], None, self.clock.now)
+            core.receive([identity, *frames], self.key_of(identity), self.clock.now)
             self._turn()
         self._when_running(handle)
 
@@ -387,7 +392,7 @@ class SimQueen:
                     core.fetched(read.token, value, self.clock.now)
                 self._turn()
             self._when_running(handle)
-        self.clock.after(self.rng.uniform(0.0001, 0.003), done)
+        self.clock.after(self.rng.uniform(*self.read_delay), done)
 
     # -- invariants -----------------------------------------------------------------------
 
