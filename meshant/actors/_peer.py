@@ -53,6 +53,40 @@ class Peer(QueenFinder):
                  context: zmq.Context[Any] | None, colony: str | None = None,
                  discover: bool | None = None, curve_secret: str | None = None,
                  queen_key: str | None = None, follow_leader: bool = True) -> None:
+        self._settle(queen, name, colony, discover, curve_secret, queen_key, follow_leader)
+        self._died: MeshantError | None = None
+        self._said_waiting = False
+        # Proves to the queen that a reconnecting peer is the one that held its name.
+        self._session = secrets.token_hex(16)
+        self._ctx = context or zmq.Context.instance()
+        # Messages, or frames already encoded (a client's submissions, kept for re-sending).
+        self._outbox: deque[p.Message | list[bytes]] = deque()
+        self._calls: deque[Callable[[], None]] = deque()
+        self._waker = Waker()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._welcomed = threading.Event()
+        self._refusal: MeshantError | None = None
+        self._thread: threading.Thread | None = None
+        self._io_ident = -1
+        self._poller = zmq.Poller()
+        self._sock: zmq.Socket[Any] | None = None
+        self._sub: zmq.Socket[Any] | None = None
+        self._sub_endpoint = ""
+        self._topics: set[bytes] = {HB_TOPIC}
+        self._subs: list[tuple[str, Callable[[str, Any, p.Message], Any]]] = []
+        self.memory = Memory(self)
+        self._handlers: dict[str, Callable[[p.Message], object]] = {
+            "welcome": self._on_welcome,
+            "error": self._on_error,
+            "mem.sync": self.memory.on_reply,
+        }
+
+    def _settle(self, queen: str | None, name: str | None, colony: str | None,
+                discover: bool | None, curve_secret: str | None, queen_key: str | None,
+                follow_leader: bool) -> None:
+        """The settings locating, securing and naming this peer (the constructor's, or a
+        forager's ``configure`` before it starts)."""
         if discover is None:
             discover = queen is None and not os.environ.get("MESHANT_QUEEN")
         self.colony = colony or os.environ.get("MESHANT_COLONY") or None
@@ -81,33 +115,6 @@ class Peer(QueenFinder):
         # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
         # by the sans-IO session; this class carries out what it says.
         self._sess = PeerSession(curve=self._curve is not None)
-        self._died: MeshantError | None = None
-        self._said_waiting = False
-        # Proves to the queen that a reconnecting peer is the one that held its name.
-        self._session = secrets.token_hex(16)
-        self._ctx = context or zmq.Context.instance()
-        # Messages, or frames already encoded (a client's submissions, kept for re-sending).
-        self._outbox: deque[p.Message | list[bytes]] = deque()
-        self._calls: deque[Callable[[], None]] = deque()
-        self._waker = Waker()
-        self._stopping = threading.Event()
-        self._stopped = threading.Event()
-        self._welcomed = threading.Event()
-        self._refusal: MeshantError | None = None
-        self._thread: threading.Thread | None = None
-        self._io_ident = -1
-        self._poller = zmq.Poller()
-        self._sock: zmq.Socket[Any] | None = None
-        self._sub: zmq.Socket[Any] | None = None
-        self._sub_endpoint = ""
-        self._topics: set[bytes] = {HB_TOPIC}
-        self._subs: list[tuple[str, Callable[[str, Any, p.Message], Any]]] = []
-        self.memory = Memory(self)
-        self._handlers: dict[str, Callable[[p.Message], object]] = {
-            "welcome": self._on_welcome,
-            "error": self._on_error,
-            "mem.sync": self.memory.on_reply,
-        }
 
     # -- lifecycle ------------------------------------------------------------------------
 
