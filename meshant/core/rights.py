@@ -20,6 +20,7 @@ OPERATIONS: dict[str, str] = {
     "inbox.purge": ADMIN,
     "mem.reserved": ADMIN,  # set or delete a colony memory key under RESERVED_PREFIXES
     "task.answer": OWNER,
+    "task.cancel": OWNER,
     "task.attach": OWNER,
 }
 
