@@ -198,9 +198,8 @@ def test_demo() -> None:
 
 CONNECTION_OPTS = ["--queen", "--discover", "--colony", "--curve-secret", "--queen-key",
                    "--connect-timeout"]
-NOT_CLIENT_COMMANDS = {"queen", "forager", "keys generate", "tasks", "task", "journal verify",
-                       "discover", "demo", "bench", "conformance forager",
-                       "conformance queen"}
+NOT_CLIENT_COMMANDS = {"queen", "forager", "keys generate", "discover", "demo", "bench",
+                       "conformance forager", "conformance queen"}
 
 
 def _leaf_commands() -> dict[str, Any]:

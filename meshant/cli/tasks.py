@@ -343,7 +343,7 @@ def cancel(conn: Connection, ids: tuple[str, ...], as_json: bool) -> None:
             if as_json:
                 click.echo(json.dumps(rec))
             elif rec["kind"] is None:
-                click.echo(f"{ident}: {rec['note']}", err=True)
+                click.echo(f"Error: {ident}: {rec['note']}", err=True)
             else:
                 note = f" ({rec['note']})" if rec.get("note") else ""
                 click.echo(f"{rec['kind']} {ident}: {rec['state']}{note}",
