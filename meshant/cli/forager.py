@@ -123,7 +123,8 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
             f = target
         else:
             f = Forager(conn.endpoint, config=ForagerConfig(
-                name=name, slots=slots, labels=labels(label_values), **conn.peer_kwargs()))
+                name=name or conn.default_name("forager"), slots=slots,
+                labels=labels(label_values), **conn.peer_kwargs()))
     except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     for prefix in subscriptions:

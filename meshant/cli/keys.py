@@ -25,9 +25,9 @@ def keys_generate(directory: str, name: str, roles: tuple[str, ...],
     """Write a key pair into DIRECTORY. Copy NAME.key (public) into the queen's
     --authorized folder; keep NAME.key_secret private (mode 600)."""
     from meshant.adapters.security import generate
-    from meshant.protocol import valid_name
+    from meshant.protocol.negotiation import NAME_RE
 
-    if not valid_name(name):
+    if not NAME_RE.match(name):  # a queen's key may be named "queen": no reserved names
         raise click.BadParameter(f"{name!r} cannot be a peer's name: use letters, digits and "
                                  "'._:@-'", param_hint="--name")
     try:
