@@ -328,3 +328,55 @@ def test_a_queen_that_stops_is_not_said_to_restart(procs: Procs) -> None:
     assert f.wait(20) == 0
     err = f.communicate()[1]
     assert "the queen stopped" in err and "restarted" not in err, err
+
+
+def test_cancel_follows_rights_with_curve(procs: Procs, tmp_path: Path) -> None:
+    # With CURVE, another client's task or graph is cancelled by an admin key only; each
+    # CLI peer takes a name its key may register (NAME-HOST-PID-…) without --name.
+    from meshant.adapters.security import generate
+
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    authorized.mkdir()
+    queen_pub, queen_sec = generate(keys, "queen")
+    secrets: dict[str, str] = {}
+    for name, role in (("alice", "client"), ("bob", "client"), ("ops", "admin"),
+                       ("worker", "forager")):
+        pub, sec = generate(keys, name, (role,))
+        (authorized / pub.name).write_bytes(pub.read_bytes())
+        secrets[name] = str(sec)
+    _, ep = procs.queen("--curve-secret", str(queen_sec), "--authorized", str(authorized),
+                        "--journal", str(tmp_path / "q.db"))
+    env = {"MESHANT_QUEEN": ep, "MESHANT_QUEEN_KEY": str(queen_pub)}
+    procs.start("forager", "--json", env={**env, "MESHANT_CURVE_SECRET": secrets["worker"]})
+
+    def as_(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return meshant(*args, env={**env, "MESHANT_CURVE_SECRET": secrets[who]})
+
+    sub = _popen("submit", "sleep", '{"seconds": 60}',
+                 env={**env, "MESHANT_CURVE_SECRET": secrets["alice"]})
+    procs.all.append(sub)
+
+    def running() -> list[dict[str, Any]]:
+        r = as_("ops", "tasks", "--state", "accepted", "--json")
+        return [json.loads(x) for x in r.stdout.splitlines()]
+
+    (rec,) = wait_for(running, 20, "alice's task running")
+    r = as_("bob", "cancel", rec["id"])
+    assert r.returncode == 1 and "forbidden" in r.stderr, r.stderr
+    assert running() == [rec]
+    r = as_("ops", "cancel", rec["id"])
+    assert r.returncode == 0 and "cancelled" in r.stdout, r.stderr
+    assert sub.wait(20) == 1
+    # A graph: the same rule.
+    (tmp_path / "g.json").write_text(json.dumps(
+        {"nodes": {"a": {"capability": "sleep", "payload": {"seconds": 60}}}}))
+    r = as_("alice", "graph", "submit", str(tmp_path / "g.json"))
+    gid = r.stdout.strip()
+    assert r.returncode == 0 and gid, r.stderr
+    r = as_("bob", "graph", "cancel", gid)
+    assert r.returncode == 1 and "forbidden" in r.stderr, r.stderr
+    # Ownership is the submitter's registered name: another process of alice's is not it.
+    r = as_("alice", "cancel", gid)
+    assert r.returncode == 1 and "admin key or the submitter" in r.stderr, r.stderr
+    r = as_("ops", "cancel", gid, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "cancelled", r.stderr

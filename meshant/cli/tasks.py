@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from typing import Any
 
 import click
 
+from meshant import protocol as p
 from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable, labels
 from meshant.errors import MeshantError
 
@@ -298,17 +300,9 @@ def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
         if st["state"] in FINAL_STATES:
             return {"id": ident, "kind": "task", "state": st["state"],
                     "ok": st["state"] == "cancelled", "note": "already ended"}
-        from meshant import protocol as p
-
-        msg = p.Message("task.cancel", {"task": ident}, to="queen")
-        client.send_message(msg)  # as client.cancel, but its refusal can be told by its id
-        st = client.task_status(ident)  # answered after the cancel was taken (or refused)
-        refused = [r.b for r in client.refusals if r.ref == msg.id]
-        if refused:
-            return {"id": ident, "kind": "task", "state": st["state"], "ok": False,
-                    "note": f"[{refused[0]['code']}] {refused[0]['message']}"}
-        return {"id": ident, "kind": "task", "state": st["state"],
-                "ok": st["state"] == "cancelled"}
+        # As client.cancel, but a refusal can be told by the message's id.
+        return sent_cancel(client, "task", ident, p.Message("task.cancel", {"task": ident},
+                                                             to="queen"))
     try:
         g = client.graph_status(ident)
     except MeshantError as e:
@@ -319,9 +313,33 @@ def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
     if g["state"] in FINAL_STATES:
         return {"id": ident, "kind": "graph", "state": g["state"],
                 "ok": g["state"] == "cancelled", "note": "already ended"}
-    client.cancel_graph(ident)
-    g = client.graph_status(ident)
-    return {"id": ident, "kind": "graph", "state": g["state"], "ok": True}
+    return sent_cancel(client, "graph", ident, p.Message("graph.cancel", {"graph": ident},
+                                                           to="queen"))
+
+
+class _Quiet(logging.Filter):
+    """Keeps the client's log quiet about the queen's refusals (the command says them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "queen says" not in str(record.msg)
+
+
+def sent_cancel(client: Any, kind: str, ident: str, msg: Any) -> dict[str, Any]:
+    """Send a cancel; what became of the task or graph (the status query is answered after
+    the cancel was taken, or refused: a refusal names the cancel by its id)."""
+    quiet = _Quiet()
+    logging.getLogger("meshant").addFilter(quiet)  # said once, below, not also as a log
+    try:
+        client.send_message(msg)
+        st = client.task_status(ident) if kind == "task" else client.graph_status(ident)
+    finally:
+        logging.getLogger("meshant").removeFilter(quiet)
+    refused = [r.b for r in client.refusals if r.ref == msg.id]
+    if refused:
+        return {"id": ident, "kind": kind, "state": st["state"], "ok": False,
+                "note": f"[{refused[0]['code']}] {refused[0]['message']}"}
+    return {"id": ident, "kind": kind, "state": st["state"],
+            "ok": st["state"] == "cancelled"}
 
 
 @click.command()
@@ -344,10 +362,12 @@ def cancel(conn: Connection, ids: tuple[str, ...], as_json: bool) -> None:
                 click.echo(json.dumps(rec))
             elif rec["kind"] is None:
                 click.echo(f"Error: {ident}: {rec['note']}", err=True)
-            else:
+            elif rec["ok"]:
                 note = f" ({rec['note']})" if rec.get("note") else ""
-                click.echo(f"{rec['kind']} {ident}: {rec['state']}{note}",
-                           err=not rec["ok"])
+                click.echo(f"{rec['kind']} {ident}: {rec['state']}{note}")
+            else:
+                click.echo(f"Error: {rec['kind']} {ident} is {rec['state']}"
+                           + (f": {rec['note']}" if rec.get("note") else ""), err=True)
     if not ok:
         sys.exit(1)
 

@@ -21,6 +21,7 @@ OPERATIONS: dict[str, str] = {
     "mem.reserved": ADMIN,  # set or delete a colony memory key under RESERVED_PREFIXES
     "task.answer": OWNER,
     "task.cancel": OWNER,
+    "graph.cancel": OWNER,
     "task.attach": OWNER,
 }
 
