@@ -78,6 +78,10 @@ def test_one_machine_recipe(postgres: None, tmp_path: Path) -> None:
     assert r.returncode == 0, err
     assert "queen 'qa' of colony 'default'" in out and "leader of term 1" in out, out
     assert "is a standby (term 1)" in out
+    # Issue #24 (13): each queen's ready line says what it is, and the leader's no longer
+    # that it "leads once it holds the lease".
+    assert "role=leader (it holds the lease)" in out
+    assert "role=standby (leads once it holds the lease)" in out
     assert '{"seconds": 6}' in out  # the task that outlived its leader, once
     assert "queen 'qb' of colony" in out and "leader of term 2" in out
     assert "0 problem(s) in postgresql://" in err

@@ -43,9 +43,10 @@ class Sizes:
         return cls(seq=200, warmup=20, pipelined=900, window=32, brief=True)
 
 
-# The scenarios `bench --quick` runs unless told which: one of each kind of figure, each
-# on a fresh colony (starting one is most of a quick scenario's time).
-QUICK = ("roundtrip", "pipelined", "inproc", "broadcast-10", "journal")
+# The scenarios `bench --quick` runs unless told which: one of each kind of figure but the
+# journal's (`-s journal` adds it). Starting colonies is most of a quick run's time, so
+# there the round trip and the pipelined scenario share one (and its raw twin).
+QUICK = ("roundtrip", "pipelined", "inproc", "broadcast-10")
 
 
 @dataclass
@@ -151,10 +152,26 @@ def pipelined_raw(s: zmq.Socket[Any], payload: Any, n: int, window: int) -> floa
 PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
 
 
+# While a --quick suite runs: the colonies (and raw twins) it started, by what they are,
+# for the next scenario that wants the same; stopped when the suite ends.
+_shared: dict[str, tuple[MeshTopology, RawTopology]] | None = None
+
+
 def _both(transport: str, mesh: dict[str, Any], workers: int) -> tuple[MeshTopology,
                                                                         RawTopology]:
     """A colony and its raw pyzmq twin, started side by side: starting processes is most
     of a short scenario's time."""
+    key = repr((transport, sorted(mesh.items()), workers))
+    if _shared is not None and key in _shared:
+        return _shared[key]
+    pair = _start_both(transport, mesh, workers)
+    if _shared is not None:
+        _shared[key] = pair
+    return pair
+
+
+def _start_both(transport: str, mesh: dict[str, Any],
+                workers: int) -> tuple[MeshTopology, RawTopology]:
     if transport == "inproc":
         return MeshTopology(transport, **mesh), RawTopology(transport, workers=workers)
     with ThreadPoolExecutor(2) as ex:  # leaving it waits for both
@@ -171,7 +188,11 @@ def _both(transport: str, mesh: dict[str, Any], workers: int) -> tuple[MeshTopol
 
 
 def _close(*topologies: MeshTopology | RawTopology) -> None:
-    """Stop them side by side (each waits for its processes to exit)."""
+    """Stop them side by side (each waits for its processes to exit); shared ones are
+    stopped when the suite ends."""
+    if _shared is not None and any(t in pair for pair in _shared.values()
+                                   for t in topologies):
+        return
     with ThreadPoolExecutor(len(topologies)) as ex:
         for f in [ex.submit(t.close) for t in topologies]:
             f.result()
@@ -185,7 +206,10 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
     Both topologies run side by side and take turns in ``rounds`` slices, so drifts in
     machine load fall on both alike.
     """
-    mesh, raw = _both(transport, {"foragers": 1, "slots": 1, "journal": journal}, 1)
+    # One task at a time uses one slot whatever the forager has: --quick gives it the
+    # pipelined scenario's, to share that colony.
+    slots = sizes.window if sizes.brief else 1
+    mesh, raw = _both(transport, {"foragers": 1, "slots": slots, "journal": journal}, 1)
     try:
         with mesh.client(threaded) as c:
             s = raw.client()
@@ -323,10 +347,15 @@ def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
     """
     rounds = max(20, sizes.seq // 10)
     ctx: zmq.Context[Any] = zmq.Context()
-    mesh = MeshTopology("tcp", foragers=0)
+    # The raw broker starts while the queen does.
     raw_b = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "pubbroker",
                               "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        mesh = MeshTopology("tcp", foragers=0)
+    except BaseException:
+        _procs.stop([raw_b])
+        raise
     try:
         info = _procs.read_json_line(raw_b, 20)
         client = mesh.client()
@@ -471,12 +500,19 @@ def _fewer(z: Sizes, factor: int = 3) -> Sizes:
 def run_suite(names: list[str], sizes: Sizes,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the named scenarios; returns the machine, the rows and the wall time."""
+    global _shared
     t0 = time.monotonic()
     rows: list[Row] = []
-    for name in names:
-        if progress is not None:
-            progress(name)
-        rows.extend(SCENARIOS[name][1](sizes))
+    _shared = {} if sizes.brief else None
+    try:
+        for name in names:
+            if progress is not None:
+                progress(name)
+            rows.extend(SCENARIOS[name][1](sizes))
+    finally:
+        shared, _shared = _shared, None
+        if shared:
+            _close(*(t for pair in shared.values() for t in pair))
     return {"machine": machine(), "sizes": sizes.__dict__, "seconds": round(
         time.monotonic() - t0, 2), "rows": [r.as_dict() for r in rows], "_rows": rows}
 

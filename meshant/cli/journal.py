@@ -25,12 +25,11 @@ STATES = ("queued", "assigned", "accepted", "input-required", "completed", "fail
           "cancelled")
 
 JOURNAL_OPT = click.option("--journal", metavar="PATH|URL", envvar="MESHANT_JOURNAL",
-                           show_envvar=True,
                            help="Read this journal (its SQLite file, or its PostgreSQL "
-                                "database, postgresql://USER@HOST:PORT/DB) instead of the "
-                                "running queen's. Without it the queen says where its "
-                                f"journal is; if no queen answers, ./{DEFAULT_JOURNAL}. "
-                                "Read-only.")
+                                "database, postgresql://USER@HOST:PORT/DB) instead of "
+                                "asking the running queen where its journal is. When no "
+                                "queen answers: MESHANT_JOURNAL (the queen's own setting), "
+                                f"else ./{DEFAULT_JOURNAL}. Read-only.")
 
 
 def journal_options(fn: F) -> F:

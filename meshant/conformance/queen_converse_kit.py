@@ -168,11 +168,15 @@ class ConverseChecks:
 
     # -- §7d ------------------------------------------------------------------------------
 
-    def _graphs(self) -> str:
+    def _graph_peers(self) -> tuple[str, Peer, Peer, str]:
+        """A capability, a forager serving it, a client, and an id for its graph."""
         cap = self.cap()
         f = self.forager([cap])
         c = self.client()
-        gid = c.ids()
+        return cap, f, c, c.ids()
+
+    def _graphs(self) -> str:
+        cap, f, c, gid = self._graph_peers()
         nodes = [{"name": "a", "capability": cap, "payload": 2},
                  {"name": "b", "capability": cap, "payload": {"x": {"$result": "a"}}}]
         c.send("graph.submit", {"nodes": nodes}, id=gid)
@@ -218,10 +222,7 @@ class ConverseChecks:
         return "submitted, b ran on a's result, completed; a re-send and a cycle answered"
 
     def _graph_cancel(self) -> str:
-        cap = self.cap()
-        f = self.forager([cap])
-        c = self.client()
-        gid = c.ids()
+        cap, f, c, gid = self._graph_peers()
         c.send("graph.submit", {"nodes": [
             {"name": "a", "capability": cap},
             {"name": "b", "capability": cap, "after": ["a"]}]}, id=gid)
