@@ -10,8 +10,9 @@ import click
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="About ten seconds instead of minutes: fewer samples, and one scenario "
-                   "of each kind unless --scenario names them.")
+              help="Seconds instead of minutes: fewer samples, and the round trip, "
+                   "pipelined, inproc and broadcast scenarios unless --scenario names "
+                   "others.")
 @click.option("--scenario", "-s", "scenarios", multiple=True, metavar="NAME",
               help="Run only these scenarios (repeatable); see --list.")
 @click.option("--list", "list_", is_flag=True, help="List the scenarios and exit.")
