@@ -5,10 +5,19 @@ discovered queen holds the CURVE key we pinned."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
-from meshant.actors._endpoints import check_endpoint
+from meshant import protocol as p
+from meshant.actors._endpoints import (
+    check_endpoint,
+    check_endpoints,
+    default_name,
+    resolve_queen,
+)
+from meshant.adapters.security import load_public, load_secret
+from meshant.core.session import PeerSession
 from meshant.errors import MeshantError, QueenUnreachable, Refused
 from meshant.protocol.codes import Code
 
@@ -18,8 +27,10 @@ log = logging.getLogger("meshant")
 class QueenFinder:
     """Mixed into :class:`meshant.actors._peer.Peer`: where the queen is."""
 
+    role: str
     queen: str
     name: str
+    _sess: PeerSession
     colony: str | None
     _follower: Any
     _curve: tuple[bytes, bytes] | None
@@ -37,6 +48,40 @@ class QueenFinder:
 
     def _open_socket(self) -> Any:
         raise NotImplementedError
+
+    def _settle(self, queen: str | None, name: str | None, colony: str | None,
+                discover: bool | None, curve_secret: str | None, queen_key: str | None,
+                follow_leader: bool) -> None:
+        """The settings locating, securing and naming this peer: the constructor's, or a
+        forager's ``configure`` before it starts."""
+        if discover is None:
+            discover = queen is None and not os.environ.get("MESHANT_QUEEN")
+        self.colony = colony or os.environ.get("MESHANT_COLONY") or None
+        self._follower: Any = None
+        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
+        self.queens = [] if discover else check_endpoints(resolve_queen(queen))
+        self.queen = self.queens[0] if self.queens else ""
+        self._qi = 0
+        self._connected_to = ""
+        self._follow_leader = follow_leader
+        self._error_body: dict[str, Any] = {}
+        self._unanswered = False  # the last hello got no answer (yet)
+        # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
+        curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
+        queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
+        self._curve = load_secret(curve_secret) if curve_secret else None
+        self._queen_key = load_public(queen_key) if queen_key else None
+        if self._queen_key is not None and self._curve is None:
+            raise ValueError("--queen-key needs --curve-secret: this peer's own key pair")
+        if self._curve is not None and self._queen_key is None and not discover:
+            raise ValueError("--curve-secret needs --queen-key (the queen's public key), "
+                             "unless the queen is found by discovery")
+        self.name = name or default_name(self.role)
+        if not p.valid_name(self.name):
+            raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
+        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
+        # by the sans-IO session; this class carries out what it says.
+        self._sess = PeerSession(curve=self._curve is not None)
 
     def _find_queen(self, timeout: float | None) -> None:
         """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""

@@ -22,23 +22,15 @@ from typing import Any
 import zmq
 
 from meshant import protocol as p
-from meshant.actors._endpoints import (
-    _size,
-    _size_n,
-    check_endpoints,
-    default_name,
-    pub_endpoint_for,
-    resolve_queen,
-)
+from meshant.actors._endpoints import _size, _size_n, pub_endpoint_for
 from meshant.actors._finder import QueenFinder
 from meshant.actors._waker import Waker
 from meshant.actors._zmqio import EVENTS as _EVENTS
 from meshant.actors._zmqio import POLLIN as _POLLIN
 from meshant.actors._zmqio import recv_frames, send_frames
 from meshant.actors.colony_memory import Memory
-from meshant.adapters.security import client_socket, load_public, load_secret
+from meshant.adapters.security import client_socket
 from meshant.core import session as ses
-from meshant.core.session import PeerSession
 from meshant.errors import MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
@@ -53,34 +45,7 @@ class Peer(QueenFinder):
                  context: zmq.Context[Any] | None, colony: str | None = None,
                  discover: bool | None = None, curve_secret: str | None = None,
                  queen_key: str | None = None, follow_leader: bool = True) -> None:
-        if discover is None:
-            discover = queen is None and not os.environ.get("MESHANT_QUEEN")
-        self.colony = colony or os.environ.get("MESHANT_COLONY") or None
-        self._follower: Any = None
-        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
-        self.queens = [] if discover else check_endpoints(resolve_queen(queen))
-        self.queen = self.queens[0] if self.queens else ""
-        self._qi = 0
-        self._connected_to = ""
-        self._follow_leader = follow_leader
-        self._error_body: dict[str, Any] = {}
-        self._unanswered = False  # the last hello got no answer (yet)
-        # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
-        curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
-        queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
-        self._curve = load_secret(curve_secret) if curve_secret else None
-        self._queen_key = load_public(queen_key) if queen_key else None
-        if self._queen_key is not None and self._curve is None:
-            raise ValueError("--queen-key needs --curve-secret: this peer's own key pair")
-        if self._curve is not None and self._queen_key is None and not discover:
-            raise ValueError("--curve-secret needs --queen-key (the queen's public key), "
-                             "unless the queen is found by discovery")
-        self.name = name or default_name(self.role)
-        if not p.valid_name(self.name):
-            raise ValueError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
-        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
-        # by the sans-IO session; this class carries out what it says.
-        self._sess = PeerSession(curve=self._curve is not None)
+        self._settle(queen, name, colony, discover, curve_secret, queen_key, follow_leader)
         self._died: MeshantError | None = None
         self._said_waiting = False
         # Proves to the queen that a reconnecting peer is the one that held its name.

@@ -3,7 +3,7 @@ node's forager). The graphs themselves are :class:`meshant.core.graph_book.Graph
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshant import protocol as p
 from meshant.core.graph import GraphError, split_task_id
@@ -16,6 +16,10 @@ from meshant.protocol.codes import Code
 
 class GraphHandlers(QueenState):
     """``graph.submit``, ``graph.status``, ``graph.cancel``, ``graph.spawn``."""
+
+    if TYPE_CHECKING:  # rights are queen_converse's
+        def _forbidden(self, identity: bytes, node: Node, codec: str, operation: str,
+                       msg: p.Message, owner: bool = False) -> bool: ...
 
     def _on_graph_submit(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                          now: float) -> None:
@@ -86,8 +90,8 @@ class GraphHandlers(QueenState):
 
     def _graph_of(self, identity: bytes, node: Node | None, msg: p.Message,
                   codec: str) -> Graph | None:
-        # Any client may cancel a graph by id (``meshant graph cancel`` is a process of
-        # its own), as any client may drain or halt a forager.
+        # Any client may name a graph by id (``meshant graph cancel`` is a process of its
+        # own); what it may do with it is checked by the caller (rights).
         g = self.graphs.graphs.get(msg.b["graph"])
         if g is None or node is None or node.role != "client":
             self._error_to(identity, codec, Code.UNKNOWN_GRAPH,
@@ -110,7 +114,9 @@ class GraphHandlers(QueenState):
     def _on_graph_cancel(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,
                          now: float) -> None:
         g = self._graph_of(identity, node, msg, codec)
-        if g is not None:
+        # With CURVE, another client's graph only with an admin key (core/rights.py).
+        if g is not None and node is not None and not self._forbidden(
+                identity, node, codec, "graph.cancel", msg, g.client_name == node.name):
             self.graphs.cancel(g, now)
 
     def _on_graph_spawn(self, identity: bytes, node: Node | None, msg: p.Message, codec: str,

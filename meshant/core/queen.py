@@ -18,8 +18,10 @@ scenarios run in memory (``tests/colony_sim.py``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from meshant import protocol as p
 from meshant.core.graph_queen import GraphHandlers
@@ -208,6 +210,7 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
             "breakers": self.scheduler.breakers(),
             "recently_gone": list(self.registry.gone)[-10:],
             "graphs": [g.summary() for g in list(self.graphs.graphs.values())[:100]],
+            "journal": journal_location(self.config.journal),
         }
 
     def _flush(self) -> None:
@@ -351,3 +354,16 @@ class QueenCore(PeerHandlers, TaskHandlers, ServiceHandlers, ConverseHandlers,
 
 __all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Record",
            "RecordMemory", "Remember", "Send"]
+
+
+def journal_location(journal: str | None) -> str | None:
+    """The journal as ``status`` names it, for `meshant tasks` and the other readers: a
+    file's absolute path, a database URL without its password; None for none."""
+    if journal is None or journal == ":memory:":
+        return None
+    if "://" not in journal:
+        return os.path.abspath(journal)
+    u = urlsplit(journal)
+    if u.password is None:
+        return journal
+    return urlunsplit(u._replace(netloc=u.netloc.replace(f":{u.password}@", "@", 1)))

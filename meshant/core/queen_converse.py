@@ -86,7 +86,7 @@ class ConverseHandlers(QueenState):
         if permits(operation, self._roles(node), owner):
             return False
         self.counters["forbidden"] = self.counters.get("forbidden", 0) + 1
-        who = "an admin key" + (" or the task's submitter" if operation.startswith("task.")
+        who = "an admin key" + (" or the submitter" if operation.startswith(("task.", "graph."))
                                 else "")
         self._error_to(identity, codec, Code.FORBIDDEN,
                        f"{operation} is allowed to {who} only; {node.name!r} is not "
@@ -246,7 +246,8 @@ class ConverseHandlers(QueenState):
         try:
             items = self._updates_since(task, after)
         except CursorExpired as e:
-            self._error_to(identity, codec, Code.CURSOR_EXPIRED, str(e), msg.id)
+            self._error_to(identity, codec, Code.CURSOR_EXPIRED, str(e), msg.id,
+                           cursor=e.cursor)
             return
         final = task.final
         if final is None and self._n_attached >= MAX_ATTACHED:
@@ -285,7 +286,7 @@ class ConverseHandlers(QueenState):
             last = (task.final or {}).get("seq", task.seq + 1) - 1
             if after < last:
                 raise CursorExpired(f"updates {after + 1}-{last} of task {task.id} are no "
-                                    "longer kept")
+                                    f"longer kept: attach with after >= {last}", last)
             return []
         return logs.since(task.id, after)
 

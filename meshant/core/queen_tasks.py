@@ -3,7 +3,7 @@ foragers' accepts, rejects, progress and results (fenced by attempt), cancels, s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshant import protocol as p
 from meshant.core.answers import progress_problem, result_problem
@@ -25,6 +25,10 @@ _RESULT = p.BY_NAME["task.result"]
 
 class TaskHandlers(QueenState):
     """The queen core's task messages: submissions (validation, idempotency, re-sent ids),"""
+
+    if TYPE_CHECKING:  # rights are queen_converse's
+        def _forbidden(self, identity: bytes, node: Node, codec: str, operation: str,
+                       msg: p.Message, owner: bool = False) -> bool: ...
 
     def _oversized_result(self, identity: bytes, frames: list[bytes], now: float) -> None:
         """A forager's result over the limit (libzmq let it through, just): the task
@@ -264,9 +268,15 @@ class TaskHandlers(QueenState):
                    now: float) -> None:
         task_id = msg.b.get("task") or msg.ref
         task = self.scheduler.tasks.get(task_id) if isinstance(task_id, str) else None
-        if task is None or task.client != identity:
-            self._error_to(identity, codec, UNKNOWN_TASK,
-                           f"no running task {task_id!r} submitted by this client", msg.id)
+        if task is None:
+            self._error_to(identity, codec, UNKNOWN_TASK, f"no running task {task_id!r}",
+                           msg.id)
+            return
+        # Anyone's task, as rights allow (core/rights.py: with CURVE, its submitter or an
+        # admin): `meshant cancel` is a client of its own.
+        assert node is not None
+        if task.client != identity and self._forbidden(
+                identity, node, codec, "task.cancel", msg, task.client_name == node.name):
             return
         self.scheduler.cancel(task.id, now)
 
