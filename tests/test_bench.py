@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,17 @@ def test_heartbeat_scenario_runs_real_foragers() -> None:
     (row,) = run_heartbeat_cost(Sizes.quick(), peers=(3,))
     assert row.metric == "queen CPU" and row.meshant >= 0 and row.raw is None
     assert row.extra["foragers"].startswith("real Forager objects")
+
+
+def test_bench_quick_is_quick_and_shows_units() -> None:
+    # Issue #24: `bench --quick` took 87 s on two busy cores; its help promises seconds.
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "meshant", "bench", "--quick"],
+                       capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert took < 15, f"bench --quick took {took:.1f} s"
+    header, *rows = [x for x in r.stdout.splitlines() if x.startswith(("scenario", "round",
+                                                                         "pipelined"))]
+    assert header.split()[:3] == ["scenario", "metric", "unit"]
+    assert any(" µs " in x for x in rows) and any(" tasks/s " in x for x in rows)

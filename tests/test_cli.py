@@ -198,9 +198,8 @@ def test_demo() -> None:
 
 CONNECTION_OPTS = ["--queen", "--discover", "--colony", "--curve-secret", "--queen-key",
                    "--connect-timeout"]
-NOT_CLIENT_COMMANDS = {"queen", "forager", "keys generate", "tasks", "task", "journal verify",
-                       "discover", "demo", "bench", "conformance forager",
-                       "conformance queen"}
+NOT_CLIENT_COMMANDS = {"queen", "forager", "keys generate", "discover", "demo", "bench",
+                       "conformance forager", "conformance queen"}
 
 
 def _leaf_commands() -> dict[str, Any]:
@@ -274,28 +273,6 @@ def test_memory_commands_speak_curve(procs: Procs, tmp_path: Path) -> None:
     r = meshant("memory", "get", "--queen", ep, "--connect-timeout", "0.5", "config")
     assert r.returncode == 1 and "no answer from the queen" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
-
-
-def test_forager_app_copies_message_callbacks(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from meshant import Forager
-    from meshant.cli.forager import _serve, load_app
-
-    (tmp_path / "noteapp.py").write_text(
-        "from meshant import Forager\n"
-        "forager = Forager()\n"
-        "@forager.task('noop')\n"
-        "def noop(p):\n"
-        "    return p\n"
-        "@forager.on_message\n"
-        "def heard(msg):\n"
-        "    pass\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    f = Forager()
-    _serve(f, "noteapp:forager", load_app("noteapp:forager"))
-    import noteapp  # type: ignore[import-not-found]
-
-    assert f.tools == ["noop"] and f.message_callbacks == (noteapp.heard,)
 
 
 def test_forager_app_joins_the_queen_its_forager_names(procs: Procs, tmp_path: Path) -> None:

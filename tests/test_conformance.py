@@ -84,7 +84,7 @@ def test_kit_fails_a_broken_forager() -> None:
                            str(PEERS / "broken_forager.py"))
     status = _status(report)
     assert code == 1
-    for check in ("f.assign", "f.heartbeat", "f.from", "f.bad-input"):
+    for check in ("f.assign", "f.heartbeat", "f.from", "f.bad-input", "f.progress"):
         assert status[check] == "FAIL", (check, report)
     assert status["f.hello"] == "PASS"
 

@@ -155,8 +155,9 @@ def test_a_cursor_older_than_the_log_is_refused_with_what_was_dropped() -> None:
     c.send("task.attach", {"task": a["task"], "after": 1})
     err = c.one("error").b
     assert err["code"] == "cursor-expired" and "updates 2-3" in err["message"]
+    assert err["cursor"] == 3  # the lowest cursor that works, as a field (spec §6a)
     assert c.take("task.update") == []
-    c.send("task.attach", {"task": a["task"], "after": 3})
+    c.send("task.attach", {"task": a["task"], "after": err["cursor"]})
     c.one("task.attached")
     assert [u.b["seq"] for u in c.take("task.update")] == [4, 5, 6]
 

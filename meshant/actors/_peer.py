@@ -59,30 +59,7 @@ class Peer:
                  context: zmq.Context[Any] | None, colony: str | None = None,
                  discover: bool | None = None, curve_secret: str | None = None,
                  queen_key: str | None = None, follow_leader: bool = True) -> None:
-        if discover is None:
-            discover = queen is None and not os.environ.get("MESHANT_QUEEN")
-        self.colony = colony or os.environ.get("MESHANT_COLONY") or None
-        # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
-        curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
-        queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
-        self._curve = load_secret(curve_secret) if curve_secret else None
-        pinned = load_public(queen_key) if queen_key else None
-        if pinned is not None and self._curve is None:
-            raise ConfigError("--queen-key needs --curve-secret: this peer's own key pair")
-        if self._curve is not None and pinned is None and not discover:
-            raise ConfigError("--curve-secret needs --queen-key (the queen's public key), "
-                              "unless the queen is found by discovery")
-        self.name = name or default_name(self.role)
-        if not p.valid_name(self.name):
-            raise ConfigError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
-        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
-        self.finder = QueenFinder([] if discover else check_endpoints(resolve_queen(queen)),
-                                  name=self.name, colony=self.colony,
-                                  curve=self._curve is not None, queen_key=pinned,
-                                  follow_leader=follow_leader)
-        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
-        # by the sans-IO session; this class carries out what it says.
-        self._sess = PeerSession(curve=self._curve is not None)
+        self._settle(queen, name, colony, discover, curve_secret, queen_key, follow_leader)
         self._died: MeshantError | None = None
         self._said_waiting = False
         # Proves to the queen that a reconnecting peer is the one that held its name.
@@ -110,6 +87,36 @@ class Peer:
             "error": self._on_error,
             "mem.sync": self.memory.on_reply,
         }
+
+    def _settle(self, queen: str | None, name: str | None, colony: str | None,
+                discover: bool | None, curve_secret: str | None, queen_key: str | None,
+                follow_leader: bool) -> None:
+        """The settings that locate, secure and name this peer: the constructor's, or a
+        forager's ``configure`` before it starts."""
+        if discover is None:
+            discover = queen is None and not os.environ.get("MESHANT_QUEEN")
+        self.colony = colony or os.environ.get("MESHANT_COLONY") or None
+        # CURVE: our keypair, and the queen's public key (pinned, or learnt from discovery).
+        curve_secret = curve_secret or os.environ.get("MESHANT_CURVE_SECRET") or None
+        queen_key = queen_key or os.environ.get("MESHANT_QUEEN_KEY") or None
+        self._curve = load_secret(curve_secret) if curve_secret else None
+        pinned = load_public(queen_key) if queen_key else None
+        if pinned is not None and self._curve is None:
+            raise ConfigError("--queen-key needs --curve-secret: this peer's own key pair")
+        if self._curve is not None and pinned is None and not discover:
+            raise ConfigError("--curve-secret needs --queen-key (the queen's public key), "
+                              "unless the queen is found by discovery")
+        self.name = name or default_name(self.role)
+        if not p.valid_name(self.name):
+            raise ConfigError(f"invalid name {self.name!r}: use letters, digits and '._:@-'")
+        # Several endpoints: a leader and its standbys (docs/ha.md), tried in turn.
+        self.finder = QueenFinder([] if discover else check_endpoints(resolve_queen(queen)),
+                                  name=self.name, colony=self.colony,
+                                  curve=self._curve is not None, queen_key=pinned,
+                                  follow_leader=follow_leader)
+        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
+        # by the sans-IO session; this class carries out what it says.
+        self._sess = PeerSession(curve=self._curve is not None)
 
     @property
     def queen(self) -> str:

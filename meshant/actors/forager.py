@@ -97,6 +97,22 @@ class Forager(Peer):
         })
         self._replies: OrderedDict[str, Future[Any]] = OrderedDict()
 
+    def configure(self, queen: str | None = None, **settings: Any) -> None:
+        """Change settings of a forager not started yet, as the constructor would take them
+        (``queen``: its endpoint(s); the others: :class:`ForagerConfig` fields); the rest of
+        its settings, and everything registered on it, stay. ``meshant forager --app``
+        applies the options given on its command line this way."""
+        if self._thread is not None:
+            raise RuntimeError("configure a forager before starting it")
+        c = settle(ForagerConfig, self.config, settings)
+        if c.slots < 1:
+            raise ConfigError("slots must be at least 1")
+        if queen is None and not c.discover:
+            queen = ",".join(self.queens) or None  # the endpoint it has, unless rediscovering
+        self._settle(queen, c.name or self.name, c.colony, c.discover, c.curve_secret,
+                     c.queen_key, c.follow_leader)
+        self.config, self.slots, self.labels = c, c.slots, dict(c.labels or {})
+
     # -- registering handlers -------------------------------------------------------------
 
     def task(self, capability: str, *, batch: int | None = None,

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,18 @@ class Sizes:
     warmup: int = 300
     pipelined: int = 20000
     window: int = 64
+    brief: bool = False  # the few-second run: fewer variants of the slow scenarios
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(seq=300, warmup=50, pipelined=2000, window=32)
+        """``bench --quick``: enough samples for a p99, a run of seconds, not a minute."""
+        return cls(seq=200, warmup=20, pipelined=900, window=32, brief=True)
+
+
+# The scenarios `bench --quick` runs unless told which: one of each kind of figure but the
+# journal's (`-s journal` adds it). Starting colonies is most of a quick run's time, so
+# there the round trip and the pipelined scenario share one (and its raw twin).
+QUICK = ("roundtrip", "pipelined", "inproc", "broadcast-10")
 
 
 @dataclass
@@ -143,6 +152,52 @@ def pipelined_raw(s: zmq.Socket[Any], payload: Any, n: int, window: int) -> floa
 PAYLOAD = {"task": "echo", "n": 1, "text": "x" * 64}
 
 
+# While a --quick suite runs: the colonies (and raw twins) it started, by what they are,
+# for the next scenario that wants the same; stopped when the suite ends.
+_shared: dict[str, tuple[MeshTopology, RawTopology]] | None = None
+
+
+def _both(transport: str, mesh: dict[str, Any], workers: int) -> tuple[MeshTopology,
+                                                                        RawTopology]:
+    """A colony and its raw pyzmq twin, started side by side: starting processes is most
+    of a short scenario's time."""
+    key = repr((transport, sorted(mesh.items()), workers))
+    if _shared is not None and key in _shared:
+        return _shared[key]
+    pair = _start_both(transport, mesh, workers)
+    if _shared is not None:
+        _shared[key] = pair
+    return pair
+
+
+def _start_both(transport: str, mesh: dict[str, Any],
+                workers: int) -> tuple[MeshTopology, RawTopology]:
+    if transport == "inproc":
+        return MeshTopology(transport, **mesh), RawTopology(transport, workers=workers)
+    with ThreadPoolExecutor(2) as ex:  # leaving it waits for both
+        m = ex.submit(MeshTopology, transport, **mesh)
+        r = ex.submit(RawTopology, transport, workers=workers)
+    error = m.exception() or r.exception()
+    if error is not None:
+        if m.exception() is None:
+            m.result().close()
+        if r.exception() is None:
+            r.result().close()
+        raise error
+    return m.result(), r.result()
+
+
+def _close(*topologies: MeshTopology | RawTopology) -> None:
+    """Stop them side by side (each waits for its processes to exit); shared ones are
+    stopped when the suite ends."""
+    if _shared is not None and any(t in pair for pair in _shared.values()
+                                   for t in topologies):
+        return
+    with ThreadPoolExecutor(len(topologies)) as ex:
+        for f in [ex.submit(t.close) for t in topologies]:
+            f.result()
+
+
 def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
                   label: str = "", rounds: int = 10, threaded: bool = False,
                   journal: str | None = None) -> list[Row]:
@@ -151,8 +206,10 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
     Both topologies run side by side and take turns in ``rounds`` slices, so drifts in
     machine load fall on both alike.
     """
-    mesh = MeshTopology(transport, foragers=1, slots=1, journal=journal)
-    raw = RawTopology(transport, workers=1)
+    # One task at a time uses one slot whatever the forager has: --quick gives it the
+    # pipelined scenario's, to share that colony.
+    slots = sizes.window if sizes.brief else 1
+    mesh, raw = _both(transport, {"foragers": 1, "slots": slots, "journal": journal}, 1)
     try:
         with mesh.client(threaded) as c:
             s = raw.client()
@@ -167,8 +224,7 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
             finally:
                 s.close(0)
     finally:
-        mesh.close()
-        raw.close()
+        _close(mesh, raw)
     m = summary([x * 1e6 for x in m_s])
     r = summary([x * 1e6 for x in r_s])
     name = f"round trip, {transport}{label}"
@@ -179,9 +235,8 @@ def run_roundtrip(transport: str, sizes: Sizes, payload: Any = PAYLOAD,
 def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int = 3,
                   journal: str | None = None, label: str = "") -> list[Row]:
     """Throughput with ``window`` tasks in flight; the best of ``rounds`` alternating runs."""
-    mesh = MeshTopology(transport, foragers=foragers, slots=max(1, sizes.window // foragers),
-                        journal=journal)
-    raw = RawTopology(transport, workers=foragers)
+    mesh, raw = _both(transport, {"foragers": foragers, "journal": journal,
+                                  "slots": max(1, sizes.window // foragers)}, foragers)
     try:
         with mesh.client(threaded=True) as c:
             s = raw.client()
@@ -196,8 +251,7 @@ def run_pipelined(transport: str, sizes: Sizes, foragers: int = 1, rounds: int =
             finally:
                 s.close(0)
     finally:
-        mesh.close()
-        raw.close()
+        _close(mesh, raw)
     return [Row(f"pipelined, {transport}, {foragers} forager(s), window {sizes.window}{label}",
                 "throughput", "tasks/s", m, r, higher_is_better=True)]
 
@@ -209,10 +263,12 @@ def run_journal(sizes: Sizes) -> list[Row]:
     pg = os.environ.get("MESHANT_BENCH_POSTGRES")
     durability = os.environ.get("MESHANT_DURABILITY")
     with tempfile.TemporaryDirectory(prefix="meshant-journal-") as d:
-        for part in ("a", "b"):
-            kinds: list[tuple[str, str | None]] = [(", journal off", None),
-                                                   (", journal SQLite", f"{d}/{part}.db"),
-                                                   (", journal SQLite, power", f"{d}/{part}p.db")]
+        # --quick: the SQLite journal's round trip (the roundtrip scenario has it off).
+        for part in ("a",) if sizes.brief else ("a", "b"):
+            kinds: list[tuple[str, str | None]] = [(", journal SQLite", f"{d}/{part}.db")]
+            if not sizes.brief:
+                kinds = [(", journal off", None), *kinds,
+                         (", journal SQLite, power", f"{d}/{part}p.db")]
             if pg:
                 kinds.append((", journal PostgreSQL", pg))
             for label, path in kinds:
@@ -291,10 +347,15 @@ def run_fanout(sizes: Sizes, n_subs: int) -> list[Row]:
     """
     rounds = max(20, sizes.seq // 10)
     ctx: zmq.Context[Any] = zmq.Context()
-    mesh = MeshTopology("tcp", foragers=0)
+    # The raw broker starts while the queen does.
     raw_b = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "pubbroker",
                               "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        mesh = MeshTopology("tcp", foragers=0)
+    except BaseException:
+        _procs.stop([raw_b])
+        raise
     try:
         info = _procs.read_json_line(raw_b, 20)
         client = mesh.client()
@@ -353,12 +414,13 @@ def forager_swarm(endpoint: str, n: int, prefix: str) -> None:
         time.sleep(3600)
 
 
-def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> list[Row]:
+def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] | None = None) -> list[Row]:
     """The queen's CPU (all its threads, libzmq's I/O thread included) while many idle
     real foragers heartbeat: :class:`Forager` objects, up to 250 per helper process, so
     the queen sees exactly what real ones send (hb bodies, ZMTP pings, their SUBs)."""
     rows = []
-    seconds = 2.0 if sizes.seq < 1000 else 5.0
+    peers = peers or ((100,) if sizes.brief else (100, 1000))
+    seconds = 1.0 if sizes.brief else 5.0
     per_proc = 250
     for n in peers:
         q = _procs.spawn(["queen", "--bind", "tcp://127.0.0.1:0", "--pub", "tcp://127.0.0.1:0",
@@ -375,7 +437,7 @@ def run_heartbeat_cost(sizes: Sizes, peers: tuple[int, ...] = (100, 1000)) -> li
                     env={**os.environ, "PYTHONUNBUFFERED": "1"}))
             for proc in swarm:
                 _procs.read_json_line(proc, 180)
-            time.sleep(2.0)  # past the joining burst
+            time.sleep(0.5 if sizes.brief else 2.0)  # past the joining burst
             c0 = _cpu_seconds(q.pid)
             time.sleep(seconds)
             used = _cpu_seconds(q.pid) - c0
@@ -431,28 +493,41 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 
 
 def _fewer(z: Sizes, factor: int = 3) -> Sizes:
-    return Sizes(seq=max(30, z.seq // factor), warmup=max(5, z.warmup // factor),
+    return Sizes(seq=max(30, z.seq // factor), warmup=max(5, z.warmup // factor), brief=z.brief,
                  pipelined=z.pipelined, window=z.window)
 
 
 def run_suite(names: list[str], sizes: Sizes,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the named scenarios; returns the machine, the rows and the wall time."""
+    global _shared
     t0 = time.monotonic()
     rows: list[Row] = []
-    for name in names:
-        if progress is not None:
-            progress(name)
-        rows.extend(SCENARIOS[name][1](sizes))
+    _shared = {} if sizes.brief else None
+    try:
+        for name in names:
+            if progress is not None:
+                progress(name)
+            rows.extend(SCENARIOS[name][1](sizes))
+    finally:
+        shared, _shared = _shared, None
+        if shared:
+            _close(*(t for pair in shared.values() for t in pair))
     return {"machine": machine(), "sizes": sizes.__dict__, "seconds": round(
         time.monotonic() - t0, 2), "rows": [r.as_dict() for r in rows], "_rows": rows}
 
 
 def format_table(rows: list[Row]) -> str:
-    lines = [f"{'scenario':48} {'metric':>10} {'meshant':>11} {'raw pyzmq':>11} {'ratio':>7}"]
+    """The rows as a table; each figure's unit in its own column (the ratio is meshant's
+    cost over raw pyzmq's: above 1.00x, meshant is slower)."""
+    lines = [f"{'scenario':48} {'metric':>10} {'unit':>8} {'meshant':>11} {'raw pyzmq':>11} "
+             f"{'ratio':>7}"]
     for r in rows:
         raw = "-" if r.raw is None else f"{r.raw:,.1f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-        lines.append(f"{r.scenario:48} {r.metric:>10} {r.meshant:>11,.1f} {raw:>11} "
-                     f"{ratio:>7}")
+        lines.append(f"{r.scenario:48} {r.metric:>10} {UNITS.get(r.unit, r.unit):>8} "
+                     f"{r.meshant:>11,.1f} {raw:>11} {ratio:>7}")
     return "\n".join(lines)
+
+
+UNITS = {"us": "µs"}  # as the table shows a unit (the JSON and CSV keep the ASCII one)

@@ -6,6 +6,7 @@ scenarios that measure them are :mod:`meshant.apps.bench`."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,14 @@ class Endpoints:
         self.transport = transport
         self._tmp = tempfile.mkdtemp(prefix="meshant-bench-") if transport == "ipc" else None
         self._n = 0
+
+    def fixed(self) -> str:
+        """An endpoint known before anything binds it (tcp: a port free now)."""
+        if self.transport != "tcp":
+            return self.next()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
     def next(self) -> str:
         self._n += 1
@@ -67,15 +76,28 @@ class MeshTopology:
                 add_builtins(f, ["echo"])
                 self.inproc.append(f.start())
         else:
-            qp = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub", self.eps.next(),
-                               "--json", "--journal", journal or ":memory:"])
-            self.procs.append(qp)
-            self.endpoint = _procs.read_json_line(qp, 20)["router"]
-            fs = [_procs.spawn(["forager", "--queen", self.endpoint, "--slots", str(slots),
-                                "--json"]) for _ in range(foragers)]
-            self.procs.extend(fs)
+            # The foragers start with the queen, not after it (each start is most of a
+            # second of imports): on endpoints chosen now, or, should another process take
+            # one meanwhile, one after the other on ports the system picks.
+            bind, pub = self.eps.fixed(), self.eps.fixed()
+            qp = _procs.spawn(["queen", "--bind", bind, "--pub", pub, "--json", "--journal",
+                               journal or ":memory:"])
+            fs = [self._forager(bind, slots) for _ in range(foragers)]
+            try:
+                self.endpoint = _procs.read_json_line(qp, 20)["router"]
+            except RuntimeError:
+                _procs.stop([qp, *fs])
+                qp = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub",
+                                   self.eps.next(), "--json", "--journal", journal or ":memory:"])
+                self.endpoint = _procs.read_json_line(qp, 20)["router"]
+                fs = [self._forager(self.endpoint, slots) for _ in range(foragers)]
+            self.procs += [qp, *fs]
             for fp in fs:
                 _procs.read_json_line(fp, 20)
+
+    @staticmethod
+    def _forager(endpoint: str, slots: int) -> subprocess.Popen[str]:
+        return _procs.spawn(["forager", "--queen", endpoint, "--slots", str(slots), "--json"])
 
     def client(self, threaded: bool = False) -> Client:
         return Client(self.endpoint, context=self.ctx, timeout=10, threaded=threaded)
@@ -121,17 +143,25 @@ class RawTopology:
                 raise RuntimeError("the raw workers did not register within 10 s")
             self.endpoint = front
             return
-        b = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "broker",
-                              self.eps.next(), self.eps.next()], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-        self.procs.append(b)
-        info = _procs.read_json_line(b, 20)
+        def start(*args: str) -> subprocess.Popen[str]:
+            return subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", *args],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, **env})
+
+        # As the colony's: the workers start with the broker, on endpoints chosen now.
+        front, back = self.eps.fixed(), self.eps.fixed()
+        b = start("broker", front, back)
+        ws = [start("worker", back) for _ in range(workers)]
+        try:
+            info = _procs.read_json_line(b, 20)
+        except RuntimeError:
+            _procs.stop([b, *ws])
+            b = start("broker", self.eps.next(), self.eps.next())
+            info = _procs.read_json_line(b, 20)
+            ws = [start("worker", info["back"]) for _ in range(workers)]
         self.endpoint = info["front"]
-        for _ in range(workers):
-            wp = subprocess.Popen([sys.executable, "-m", "meshant.apps._rawzmq", "worker",
-                                  info["back"]], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-            self.procs.append(wp)
+        self.procs += [b, *ws]
+        for wp in ws:
             _procs.read_json_line(wp, 20)
         _ = _rawzmq
 

@@ -8,6 +8,7 @@ connection options, from :func:`._options.client_options`.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -31,7 +32,23 @@ from meshant.cli import (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group; a file or socket that cannot be opened, or an unreadable key,
+    is a one-line error (exit 1), whichever command met it, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`meshant tasks | head`): stop quietly, as cat does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
+        except OSError as e:
+            where = f": {e.filename}" if e.filename else ""
+            raise click.ClickException(f"{e.strerror or e}{where}") from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="meshant")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) to stderr.")
 def main(verbose: int) -> None:

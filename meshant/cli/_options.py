@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -61,6 +62,16 @@ class Connection:
         return {"discover": self.discover, "colony": self.colony,
                 "curve_secret": self.curve_secret, "queen_key": self.queen_key}
 
+    def default_name(self, role: str) -> str | None:
+        """A name for a peer given none: with a CURVE key NAME.key_secret, NAME-HOST-PID-…,
+        which that key may register (by default its grants are NAME and NAME-*); else
+        None, the peer's own default (ROLE-HOST-PID-…)."""
+        if not self.curve_secret:
+            return None
+        from meshant.actors._endpoints import default_name
+
+        return default_name(Path(self.curve_secret).name.split(".")[0] or role)
+
     @property
     def endpoint(self) -> str | None:
         return None if self.discover else self.queen
@@ -77,6 +88,7 @@ class Connection:
         try:
             c = Client(self.endpoint,
                        config=ClientConfig(timeout=self.timeout, follow_leader=follow_leader,
+                                           name=self.default_name("client"),
                                            **self.peer_kwargs()))
         except (MeshantError, ValueError) as e:  # QueenUnreachable, Refused, bad keys...
             if not follow_leader and getattr(e, "code", "") == "not-leader":

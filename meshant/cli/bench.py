@@ -9,7 +9,10 @@ import click
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="A few seconds instead of about a minute.")
+@click.option("--quick", is_flag=True,
+              help="Seconds instead of minutes: fewer samples, and the round trip, "
+                   "pipelined, inproc and broadcast scenarios unless --scenario names "
+                   "others.")
 @click.option("--scenario", "-s", "scenarios", multiple=True, metavar="NAME",
               help="Run only these scenarios (repeatable); see --list.")
 @click.option("--list", "list_", is_flag=True, help="List the scenarios and exit.")
@@ -27,13 +30,13 @@ def bench(quick: bool, scenarios: tuple[str, ...], list_: bool, json_file: str |
     Every figure comes with the raw pyzmq figure measured alongside it and their ratio
     (meshant's cost over raw: 1.00x means as fast as raw pyzmq).
     """
-    from meshant.apps.bench import SCENARIOS, Sizes, format_table, run_suite
+    from meshant.apps.bench import QUICK, SCENARIOS, Sizes, format_table, run_suite
 
     if list_:
         for name, (desc, _) in SCENARIOS.items():
             click.echo(f"{name:20} {desc}")
         return
-    names = list(scenarios) or list(SCENARIOS)
+    names = list(scenarios) or list(QUICK if quick else SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise click.BadParameter(f"unknown scenario(s) {', '.join(unknown)}; see --list",

@@ -62,8 +62,14 @@ def queen_cmd(queen: str, timeout: float, as_json: bool) -> None:
     (conformance.<run>.<n>), so a live colony's work is not disturbed; its dead-letter
     queue keeps the few tasks the failure checks fail on purpose.
     """
+    from meshant.actors._endpoints import check_endpoint
     from meshant.conformance import check_queen
+    from meshant.errors import ConfigError
 
+    try:
+        check_endpoint(queen)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--queen") from None
     report = check_queen(queen, timeout=timeout, echo=None if as_json else echo_flush)
     echo_flush(report.dumps() if as_json else report.summary())
     sys.exit(1 if report.failed else 0)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
-from meshant.cli._options import Connection, client_options, jsonable, parse_json
+from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable, parse_json
 
 
 @click.command()
@@ -64,16 +65,26 @@ def memory() -> None:
 @memory.command("get")
 @client_options()
 @click.argument("key", required=False)
-def memory_get(conn: Connection, key: str | None) -> None:
-    """Print KEY's value as JSON (or the whole map without KEY)."""
+@JSON_OPT
+def memory_get(conn: Connection, key: str | None, as_json: bool) -> None:
+    """Print KEY's value as JSON (or the whole map without KEY). With --json, one object:
+    {"key", "found", "value"}, or {"items"} without KEY. Exits 1 if KEY is not set."""
     with conn.client() as client:
         client.memory.wait_synced(conn.timeout)
         if key is None:
-            click.echo(json.dumps(client.memory.items(), default=jsonable))
-        elif key not in client.memory:
-            raise click.ClickException(f"no key {key!r} in the colony memory")
-        else:
-            click.echo(json.dumps(client.memory.get(key), default=jsonable))
+            items = client.memory.items()
+            click.echo(json.dumps({"items": items} if as_json else items, default=jsonable))
+            return
+        found = key in client.memory
+        value = client.memory.get(key)
+    if as_json:
+        click.echo(json.dumps({"key": key, "found": found, "value": value}, default=jsonable))
+    elif found:
+        click.echo(json.dumps(value, default=jsonable))
+    if not found:
+        if not as_json:
+            click.echo(f"Error: no key {key!r} in the colony memory", err=True)
+        sys.exit(1)
 
 
 @memory.command("set")

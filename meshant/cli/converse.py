@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -46,7 +47,8 @@ def answer(conn: Connection, task_id: str, value: str, request: str | None,
 @click.argument("task_id")
 @click.option("--after", type=click.IntRange(0), default=0, show_default=True,
               help="Print the updates after this sequence number (a cursor).")
-@click.option("--timeout", "-t", type=float, help="Give up (exit 2) after this many seconds.")
+@click.option("--timeout", "-t", type=click.FloatRange(0),
+              help="Give up (exit 2) after this many seconds; the task goes on.")
 @JSON_OPT
 def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
           as_json: bool) -> None:
@@ -58,8 +60,7 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
     deadline = None if timeout is None else time.monotonic() + timeout
     with conn.client() as client:
         att: Attachment = client.attach(task_id, after)
-        for u in att.updates(timeout=None if deadline is None else max(
-                0.0, deadline - time.monotonic())):
+        for u in _until(att, deadline):
             rec = {"task": task_id, "seq": u.seq, "update": u.kind, "fraction": u.fraction,
                    "note": u.note, "value": jsonable(u.value), "request": u.request}
             if as_json:
@@ -67,12 +68,18 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
             else:
                 echo_flush(update_text(u))
         try:
-            result = att.result(0)
+            # The stream's end comes a moment before the result is set.
+            result = att.result(0.05 if deadline is not None and
+                                time.monotonic() >= deadline else 5.0)
             out: dict[str, Any] = {"task": task_id, "state": "completed",
                                    "result": jsonable(result)}
         except MeshantError as e:
             out = {"task": task_id, "state": "failed", "error": {"code": e.code,
                                                                    "message": e.message}}
+        except TimeoutError:
+            click.echo(f"task {task_id} did not end within {timeout or 0:g} s (it goes on; "
+                       f"meshant watch {task_id} --after {att.last_seq} resumes)", err=True)
+            sys.exit(2)
     if as_json:
         click.echo(json.dumps(out))
     elif out["state"] == "completed":
@@ -81,6 +88,19 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
         click.echo(f"[failed] [{out['error']['code']}] {out['error']['message']}", err=True)
     if out["state"] != "completed":
         sys.exit(1)
+
+
+def _until(att: Any, deadline: float | None) -> Iterator[Any]:
+    """The attachment's updates until its task ends, or until ``deadline`` (then it stops
+    quietly; the caller sees the task is not done)."""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        try:
+            yield next(att.updates(timeout=left))
+        except (StopIteration, TimeoutError):
+            return
 
 
 def update_text(u: Any) -> str:

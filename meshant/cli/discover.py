@@ -10,7 +10,7 @@ from meshant.cli._options import JSON_OPT
 
 
 @click.command("discover")
-@click.option("--timeout", "-t", type=float, default=3.0, show_default=True,
+@click.option("--timeout", "-t", type=click.FloatRange(0), default=3.0, show_default=True,
               help="Seconds to listen for queens.")
 @click.option("--colony", help="Only queens of this colony.")
 @JSON_OPT

@@ -41,13 +41,8 @@ def load_app(spec: str) -> Any:
 
 
 def _serve(f: Forager, app: str, target: Any) -> None:
-    """Give ``f`` the handlers (and message callbacks) that ``--app`` names."""
-    if isinstance(target, Forager):
-        for cap, h in target.handlers.items():
-            f.add_handler(cap, h.fn, batch=h.batch, inline=h.inline)
-        for cb in target.message_callbacks:
-            f.on_message(cb)
-    elif isinstance(target, dict):
+    """Give ``f`` the handlers that an ``--app`` dict or function names."""
+    if isinstance(target, dict):
         for cap, fn in target.items():
             f.add_handler(str(cap), fn)
     elif callable(target):
@@ -57,17 +52,46 @@ def _serve(f: Forager, app: str, target: Any) -> None:
                                  param_hint="--app")
 
 
+def _overrides(conn: Connection, app: Forager, name: str | None, slots: int,
+               label_values: tuple[str, ...]) -> tuple[str | None, dict[str, Any]]:
+    """The app Forager's settings that this command line changes: only the options the
+    user gave (on the line or in the environment), never a default. Labels are merged."""
+    ctx = click.get_current_context()
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) in (ParameterSource.COMMANDLINE,
+                                                    ParameterSource.ENVIRONMENT)
+
+    settings: dict[str, Any] = {}
+    queen = None
+    if conn.discover:
+        settings["discover"] = True
+    elif given("queen") or (not app.queens and app.config.discover is None):
+        # A Forager() that names no queen would discover one; here the command line's
+        # --queen (its default included) says where it is, as without --app.
+        queen, settings["discover"] = conn.queen, False
+    for param, value in (("colony", conn.colony), ("curve_secret", conn.curve_secret),
+                         ("queen_key", conn.queen_key), ("name", name), ("slots", slots)):
+        if given(param):
+            settings[param] = value
+    if label_values:
+        settings["labels"] = {**app.labels, **labels(label_values)}
+    return queen, settings
+
+
 @click.command()
 @peer_options
 @click.option("--app", "-a", "app", metavar="MODULE:ATTR",
               help="Handlers to serve: a Forager object, a dict of capability → function, "
                    "or a function (its name is the capability). Default: the demo "
                    "capabilities echo, sleep, fail and stream.")
-@click.option("--name", "-n", help="Forager name (default forager-<host>-<pid>-<rand>).")
+@click.option("--name", "-n", help="Forager name (default: the --app Forager's, else "
+              "forager-<host>-<pid>-<rand>).")
 @click.option("--slots", "-s", type=click.IntRange(1, 10_000), default=1, show_default=True,
-              envvar="MESHANT_SLOTS", show_envvar=True, help="Tasks run at once.")
+              envvar="MESHANT_SLOTS", show_envvar=True,
+              help="Tasks run at once (default: the --app Forager's, else 1).")
 @click.option("--label", "-l", "label_values", multiple=True, metavar="KEY=VALUE",
-              help="A label tasks can require (repeatable).")
+              help="A label tasks can require (repeatable; added to the --app Forager's).")
 @click.option("--builtins/--no-builtins", default=None,
               help="Also serve the demo capabilities (default: only without --app).")
 @click.option("--subscribe", "subscriptions", multiple=True, metavar="PREFIX",
@@ -81,29 +105,34 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
             subscriptions: tuple[str, ...], drain_timeout: float, as_json: bool) -> None:
     """Run a forager that serves tasks for the queen.
 
+    With --app naming a Forager object, that forager runs as the module built it: its
+    queen, name, slots, labels, handlers, broadcast handlers (@forager.on) and message
+    callbacks; an option given here (or its environment variable) changes just that
+    setting.
+
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
     once and hands its running tasks back to the queen.
     """
     from meshant.apps.builtin import add_builtins
 
     target = load_app(app) if app is not None else None
-    endpoint = conn.endpoint
-    given = click.get_current_context().get_parameter_source("queen")
-    if (isinstance(target, Forager) and target.queen and not conn.discover
-            and given == ParameterSource.DEFAULT):
-        # The app's Forager names its queen; --queen (or MESHANT_QUEEN) would override it.
-        endpoint = target.queen
     try:
-        f = Forager(endpoint, config=ForagerConfig(
-            name=name, slots=slots, labels=labels(label_values), **conn.peer_kwargs()))
-    except ValueError as e:
+        if isinstance(target, Forager):
+            queen, settings = _overrides(conn, target, name, slots, label_values)
+            target.configure(queen, **settings)
+            f = target
+        else:
+            f = Forager(conn.endpoint, config=ForagerConfig(
+                name=name or conn.default_name("forager"), slots=slots,
+                labels=labels(label_values), **conn.peer_kwargs()))
+    except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     for prefix in subscriptions:
         try:
             f.subscribe(prefix, _print_broadcast)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--subscribe") from None
-    if app is not None:
+    if app is not None and not isinstance(target, Forager):
         _serve(f, app, target)
     if builtins or (builtins is None and app is None):
         add_builtins(f)
@@ -115,6 +144,7 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
         raise click.ClickException(str(e)) from None
     if f.refusal is not None:
         raise click.ClickException(str(f.refusal))
+    click.echo(f"meshant forager {f.name!r} stopped", err=True)
 
 
 def _print_broadcast(topic: str, data: Any, msg: Any) -> None:

@@ -142,14 +142,20 @@ def graph_status(conn: Connection, graph_id: str, as_json: bool) -> None:
 @click.argument("graph_id")
 def graph_cancel(conn: Connection, graph_id: str) -> None:
     """Cancel a graph: its pending nodes at once, its running ones best effort."""
+    from meshant import protocol as p
+    from meshant.cli.tasks import sent_cancel
+
     with conn.client() as client:
         try:
             client.graph_status(graph_id)  # a clear error for an unknown id
         except MeshantError as e:
             raise click.ClickException(f"[{e.code}] {e.message}") from None
-        client.cancel_graph(graph_id)
-        st = client.graph_status(graph_id)
-    click.echo(f"graph {graph_id}: {st['state']}", err=True)
+        rec = sent_cancel(client, "graph", graph_id,
+                          p.Message("graph.cancel", {"graph": graph_id}, to="queen"))
+    if not rec["ok"]:
+        raise click.ClickException(f"graph {graph_id} is {rec['state']}"
+                                   + (f": {rec['note']}" if rec.get("note") else ""))
+    click.echo(f"graph {graph_id}: {rec['state']}", err=True)
 
 
 COMMANDS = [graph]

@@ -1,28 +1,86 @@
-"""Commands reading the queen's journal file directly (no queen needed): ``tasks``,
-``task`` and ``journal verify``."""
+"""Commands reading the queen's journal: ``tasks``, ``task`` and ``journal verify``.
+
+They ask the running queen (--queen, MESHANT_QUEEN, --discover) where its journal is and
+read it there, read-only; a journal path is read directly only when --journal gives one,
+or when no queen answers."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from meshant.cli._options import JSON_OPT, jsonable
+from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_JOURNAL = "meshant-queen.db"
+STATES = ("queued", "assigned", "accepted", "input-required", "completed", "failed",
+          "cancelled")
 
 JOURNAL_OPT = click.option("--journal", metavar="PATH|URL", envvar="MESHANT_JOURNAL",
-                           default="meshant-queen.db", show_default=True, show_envvar=True,
-                           help="The queen's journal: its SQLite file, or its PostgreSQL "
-                                "database (postgresql://USER@HOST:PORT/DB). Read-only here.")
+                           help="Read this journal (its SQLite file, or its PostgreSQL "
+                                "database, postgresql://USER@HOST:PORT/DB) instead of "
+                                "asking the running queen where its journal is. When no "
+                                "queen answers: MESHANT_JOURNAL (the queen's own setting), "
+                                f"else ./{DEFAULT_JOURNAL}. Read-only.")
+
+
+def journal_options(fn: F) -> F:
+    """--journal, and the connection options locating the queen to ask (a short
+    --connect-timeout: with no queen running, the journal file is read instead)."""
+    return JOURNAL_OPT(client_options(connect_timeout=1.5)(fn))
+
+
+def _locate(conn: Connection, journal: str | None) -> str:
+    """The journal to read: --journal's, else the running queen's, else (no queen
+    answered) MESHANT_JOURNAL's or ./meshant-queen.db."""
+    source = click.get_current_context().get_parameter_source("journal")
+    if journal and source == ParameterSource.COMMANDLINE:
+        return journal
+    where = conn.queen if not conn.discover else f"colony {conn.colony or 'default'}"
+    try:
+        with conn.client() as client:
+            st = client.status()
+    except click.ClickException:
+        path = journal if journal and journal != ":memory:" else DEFAULT_JOURNAL
+        if not _exists(path):
+            raise click.ClickException(
+                f"no queen answered at {where} within {conn.timeout:g} s, and there is no "
+                f"journal at {path}: give --queen ENDPOINT (or MESHANT_QUEEN) for a running "
+                "queen, or --journal PATH") from None
+        click.echo(f"(no queen answered at {where}: reading {path})", err=True)
+        return path
+    if "journal" not in st:
+        raise click.ClickException(f"the queen at {where} does not say where its journal is "
+                                   "(an older meshant): give --journal PATH")
+    if st["journal"] is None:
+        raise click.ClickException(f"the queen at {where} keeps no journal (it runs with "
+                                   "--journal :memory:): nothing to read")
+    path = str(st["journal"])
+    if not _exists(path):
+        host = st.get("queen", {}).get("host", "its host")
+        raise click.ClickException(f"the queen at {where} journals to {path} on {host}, not "
+                                   "readable here: run this there, or give --journal")
+    return path
+
+
+def _exists(path: str) -> bool:
+    from meshant.storage import is_postgres
+
+    return is_postgres(path) or os.path.exists(path)
 
 
 def _open_journal(path: str) -> Any:
-    from meshant.storage import JournalError, is_postgres, open_journal
+    from meshant.storage import JournalError, open_journal
 
-    if not is_postgres(path) and not os.path.exists(path):
+    if not _exists(path):
         raise click.ClickException(f"no journal at {path} (give --journal PATH or a "
                                    "postgresql:// URL)")
     try:
@@ -31,16 +89,24 @@ def _open_journal(path: str) -> Any:
         raise click.ClickException(str(e)) from None
 
 
+def _why(state: str, why: str) -> str:
+    """A timeline entry's text; a progress report's fraction as a percentage."""
+    m = re.match(r"(\d+(?:\.\d+)?)(?:\s|$)", why) if state == "progress" else None
+    if m is None:
+        return why
+    return f"{float(m.group(1)) * 100:.0f}%{why[m.end(1):]}"
+
+
 @click.command()
-@JOURNAL_OPT
-@click.option("--state", help="Only tasks in this state (queued, assigned, completed, ...).")
+@journal_options
+@click.option("--state", type=click.Choice(STATES), help="Only tasks in this state.")
 @click.option("--capability", help="Only tasks of this capability.")
 @click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
 @JSON_OPT
-def tasks(journal: str, state: str | None, capability: str | None, limit: int,
-          as_json: bool) -> None:
-    """List journaled tasks, newest first."""
-    j = _open_journal(journal)
+def tasks(conn: Connection, journal: str | None, state: str | None, capability: str | None,
+          limit: int, as_json: bool) -> None:
+    """List the running queen's journaled tasks, newest first."""
+    j = _open_journal(_locate(conn, journal))
     try:
         rows = j.tasks(state, capability, limit)
     finally:
@@ -56,13 +122,14 @@ def tasks(journal: str, state: str | None, capability: str | None, limit: int,
 
 
 @click.command()
-@JOURNAL_OPT
+@journal_options
 @click.argument("task_id")
 @click.option("--verify", is_flag=True, help="Check the task's history hash chain.")
 @JSON_OPT
-def task(journal: str, task_id: str, verify: bool, as_json: bool) -> None:
-    """One task's whole history as a timeline."""
-    j = _open_journal(journal)
+def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
+         as_json: bool) -> None:
+    """One task's whole history as a timeline, from the running queen's journal."""
+    j = _open_journal(_locate(conn, journal))
     try:
         t = j.task(task_id)
         problems = j.verify(task_id) if verify else []
@@ -79,7 +146,8 @@ def task(journal: str, task_id: str, verify: bool, as_json: bool) -> None:
         t0 = t["events"][0]["ts"] if t["events"] else 0.0
         for e in t["events"]:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
-            click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} {e['why']}")
+            click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} "
+                       f"{_why(e['state'], e['why'] or '')}")
         if verify:
             click.echo("  history intact" if not problems else "\n".join(
                 f"  TAMPERED: {x}" for x in problems))
@@ -93,17 +161,23 @@ def journal_group() -> None:
 
 
 @journal_group.command("verify")
-@JOURNAL_OPT
-def journal_verify(journal: str) -> None:
-    """Check every task's history hash chain; exit 1 if anything was altered or removed."""
-    j = _open_journal(journal)
+@journal_options
+@JSON_OPT
+def journal_verify(conn: Connection, journal: str | None, as_json: bool) -> None:
+    """Check every task's history hash chain in the running queen's journal; exit 1 if
+    anything was altered or removed."""
+    path = _locate(conn, journal)
+    j = _open_journal(path)
     try:
         problems = j.verify()
     finally:
         j.close()
-    for x in problems:
-        click.echo(x)
-    click.echo(f"{len(problems)} problem(s) in {j.path}", err=True)
+    if as_json:
+        click.echo(json.dumps({"journal": path, "ok": not problems, "problems": problems}))
+    else:
+        for x in problems:
+            click.echo(x)
+        click.echo(f"{len(problems)} problem(s) in {path}", err=True)
     sys.exit(1 if problems else 0)
 
 

@@ -25,8 +25,16 @@ def keys_generate(directory: str, name: str, roles: tuple[str, ...],
     """Write a key pair into DIRECTORY. Copy NAME.key (public) into the queen's
     --authorized folder; keep NAME.key_secret private (mode 600)."""
     from meshant.adapters.security import generate
+    from meshant.protocol.negotiation import NAME_RE
 
-    pub_file, sec_file = generate(directory, name, roles or ("client",), names)
+    if not NAME_RE.match(name):  # a queen's key may be named "queen": no reserved names
+        raise click.BadParameter(f"{name!r} cannot be a peer's name: use letters, digits and "
+                                 "'._:@-'", param_hint="--name")
+    try:
+        pub_file, sec_file = generate(directory, name, roles or ("client",), names)
+    except OSError as e:
+        raise click.ClickException(f"cannot write the keys into {directory}: "
+                                   f"{e.strerror or e}") from None
     click.echo(f"public key: {pub_file}\nsecret key: {sec_file}")
 
 

@@ -14,6 +14,41 @@ from meshant.cli._options import JSON_OPT
 from meshant.errors import MeshantError
 
 
+def _endpoint(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ZeroMQ endpoint to bind (port 0: the system picks one), checked before anything
+    else is said about it."""
+    from meshant.actors._endpoints import check_endpoint
+    from meshant.errors import ConfigError
+
+    try:
+        check_endpoint(value if not value.endswith(":0") else value[:-1] + "1", "endpoint")
+    except ConfigError as e:
+        raise click.BadParameter(str(e).replace(repr(value[:-1] + "1"), repr(value))) from None
+    return value
+
+
+def _journal_files(journal: str | None) -> list[str]:
+    """The files a SQLite journal at ``journal`` is made of, that do not exist yet: a queen
+    that cannot start removes them, so a failed start leaves nothing behind."""
+    import os
+
+    from meshant.storage import is_postgres
+
+    if journal is None or journal == ":memory:" or is_postgres(journal):
+        return []
+    return [f for f in (journal, journal + "-wal", journal + "-shm") if not os.path.exists(f)]
+
+
+def _remove(files: list[str]) -> None:
+    import os
+
+    for f in files:
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+
+
 def _stop_on_signals(stop: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop())
@@ -21,10 +56,10 @@ def _stop_on_signals(stop: Any) -> None:
 
 @click.command()
 @click.option("--bind", "-b", envvar="MESHANT_BIND", show_envvar=True,
-              default="tcp://127.0.0.1:5670", show_default=True,
+              default="tcp://127.0.0.1:5670", show_default=True, callback=_endpoint,
               help="ROUTER endpoint foragers and clients connect to (port 0 picks one).")
 @click.option("--pub", envvar="MESHANT_PUB", show_envvar=True,
-              default="tcp://127.0.0.1:5671", show_default=True,
+              default="tcp://127.0.0.1:5671", show_default=True, callback=_endpoint,
               help="PUB endpoint for broadcasts and the queen's heartbeat.")
 @click.option("--name", default="queen", show_default=True, help="This queen's name.")
 @click.option("--assign-timeout", type=float, default=300.0, show_default=True,
@@ -54,6 +89,7 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--mem-max-value", type=click.IntRange(1), default=65536, show_default=True,
               help="Largest colony memory value, in bytes (msgpack-encoded).")
 @click.option("--colony", default="default", show_default=True, envvar="MESHANT_COLONY",
+              show_envvar=True,
               help="Colony name advertised by mDNS, so colonies sharing a network stay apart.")
 @click.option("--advertise/--no-advertise", default=None,
               help="Advertise this queen by mDNS (zeroconf). Default: on when bound to a "
@@ -61,10 +97,10 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--mdns-interface", "mdns_interfaces", multiple=True, metavar="IP",
               help="Advertise on this interface address only (repeatable; default: the "
                    "bind address's).")
-@click.option("--curve-secret", envvar="MESHANT_CURVE_SECRET", metavar="FILE",
+@click.option("--curve-secret", envvar="MESHANT_CURVE_SECRET", metavar="FILE", show_envvar=True,
               help="The queen's CURVE key pair (.key_secret): turns on encryption and "
                    "authentication on both sockets. Needs --authorized.")
-@click.option("--authorized", metavar="DIR", envvar="MESHANT_AUTHORIZED",
+@click.option("--authorized", metavar="DIR", envvar="MESHANT_AUTHORIZED", show_envvar=True,
               help="Folder of public keys (.key files) allowed to connect; re-read on "
                    "SIGHUP and when it changes.")
 @click.option("--max-peers", type=click.IntRange(1), default=10_000, show_default=True,
@@ -164,9 +200,13 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             curve_secret=curve_secret, authorized=authorized, http=http,
             http_token=http_token, http_read_token=http_read_token,
             http_allow_host=tuple(http_allow_host))
+        fresh = _journal_files(journal)
         q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # the journal's folder is missing or not writable, a key file...
+        raise click.ClickException(f"{e.strerror}: {e.filename}" if e.filename
+                                   else str(e)) from None
     if curve_secret is None and is_loopback(bind):
         click.echo("meshant queen: no CURVE keys, so listening on loopback only (other "
                    "machines cannot join); see --curve-secret and docs/security.md", err=True)
@@ -187,6 +227,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
     try:
         q.run()
     except MeshantError as e:
+        if not q.wait_ready(0):
+            _remove(fresh)  # it never served: the journal it just made holds nothing
         raise click.ClickException(str(e)) from None
     if not as_json:
         click.echo(f"meshant queen {name!r} stopped", err=True)
@@ -209,8 +251,9 @@ def _announce(q: Any, as_json: bool) -> None:
                                "http": q.http_url}))
     else:
         click.echo(f"meshant queen {q.name!r} ready: router={q.endpoint} pub={q.pub_endpoint} "
-                   f"epoch={q.epoch}" + ("" if q.leadership is None else
-                                         f" role={q.role} (leads once it holds the lease)")
+                   f"epoch={q.epoch}" + ("" if q.leadership is None else f" role={q.role}"
+                                         + (" (it holds the lease)" if q.role == "leader"
+                                            else " (leads once it holds the lease)"))
                    + (f" http={q.http_url}" if q.http_url else ""))
     sys.stdout.flush()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from typing import Any
 
 import click
 
+from meshant import protocol as p
 from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable, labels
 from meshant.errors import MeshantError
 
@@ -23,7 +25,12 @@ def _payloads(payload: str | None, count: int) -> Iterator[Any]:
         try:
             value = json.loads(payload)
         except ValueError as e:
-            raise click.BadParameter(f"not JSON: {e}", param_hint="PAYLOAD_JSON")
+            hint = ""
+            if not payload.lstrip().startswith(("{", "[", '"')):
+                # A bare word: the user meant a string, which JSON quotes.
+                hint = (f"; a string is JSON in double quotes, quoted again for the shell: "
+                        f"'{json.dumps(payload)}'")
+            raise click.BadParameter(f"not JSON: {e}{hint}", param_hint="PAYLOAD_JSON")
     return iter([value] * count)
 
 
@@ -64,66 +71,154 @@ def _outcome(fut: Any, t0: float) -> dict[str, Any]:
     return rec
 
 
+def _offered(client: Any, capability: str, to: str | None,
+             want: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Whether a live forager could run the task now, and every capability offered."""
+    foragers = client.status()["foragers"]
+    offered = sorted({t for f in foragers for t in f["tools"]})
+    fits = any(capability in f["tools"] and f["state"] == "active"
+               and (to is None or f["name"] == to)
+               and all(f.get("labels", {}).get(k) == v for k, v in want.items())
+               for f in foragers)
+    return fits, offered
+
+
+def _offered_text(offered: list[str]) -> str:
+    return ("offered now: " + ", ".join(offered)) if offered else "no forager is connected"
+
+
+def _say_missing(capability: str, to: str | None, want: dict[str, Any],
+                 offered: list[str]) -> None:
+    who = f"forager {to!r}" if to else "forager"
+    if want:
+        who += " labelled " + ",".join(f"{k}={json.dumps(v)}" for k, v in want.items())
+    click.echo(f"no {who} offers {capability!r} yet ({_offered_text(offered)}); waiting for "
+               "one to join (Ctrl-C cancels)", err=True)
+
+
+def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> None:
+    """Ctrl-C: cancel the tasks still unfinished (or, with --keep-running, say how to
+    follow them), then exit 130."""
+    left = [fut.task_id for fut, _ in futures if not fut.done()]
+    if not left:
+        sys.exit(130)
+    ids = " ".join(left[:10]) + (f" ... ({len(left)} in all)" if len(left) > 10 else "")
+    if keep:
+        click.echo(f"interrupted; {len(left)} task(s) keep running: {ids} (meshant watch "
+                   "ID, meshant cancel ID)", err=True)
+        sys.exit(130)
+    for task_id in left:
+        client.cancel(task_id)
+    try:
+        client.status(timeout=5.0)  # answered after the cancels: they have arrived
+        click.echo(f"interrupted; cancelled {len(left)} unfinished task(s): {ids} "
+                   "(--keep-running leaves them running)", err=True)
+    except MeshantError as e:
+        click.echo(f"interrupted; cancelling {len(left)} task(s) is not confirmed "
+                   f"({e.message}): {ids}", err=True)
+    sys.exit(130)
+
+
 @click.command()
 @client_options(connect_timeout=10.0)
 @click.argument("capability")
 @click.argument("payload", required=False, metavar="[PAYLOAD_JSON|-]")
 @click.option("--priority", "-p", type=click.IntRange(0, 99), default=50, show_default=True,
               help="0-99, lower runs first.")
-@click.option("--timeout", "-t", type=float, help="Run-time limit per task, seconds.")
+@click.option("--timeout", "-t", type=click.FloatRange(0, min_open=True),
+              help="Run-time limit per task, seconds.")
 @click.option("--max-attempts", type=click.IntRange(1, 100), help="Attempts before giving up.")
 @click.option("--to", help="Run on this forager only.")
 @click.option("--label", "-l", "label_values", multiple=True, metavar="KEY=VALUE",
               help="Require a forager label (repeatable).")
-@click.option("--wait", type=float, help="Seconds to wait for a forager with the capability.")
+@click.option("--wait", type=click.FloatRange(0),
+              help="Seconds to wait for a forager with the capability (default: the queen's "
+                   "--no-forager-wait, 30 s).")
 @click.option("--key", help="Idempotency key: the same key never runs the task twice.")
-@click.option("--retry-base", type=float, help="This task's retry backoff base, seconds.")
+@click.option("--retry-base", type=click.FloatRange(0), help="This task's retry backoff base, "
+              "seconds.")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
+@click.option("--keep-running", is_flag=True,
+              help="On Ctrl-C, leave the submitted tasks running (default: cancel them).")
 @JSON_OPT
 def submit(conn: Connection, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            label_values: tuple[str, ...], wait: float | None, key: str | None,
-           retry_base: float | None, count: int, stream: bool, as_json: bool) -> None:
-    """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin.
+           retry_base: float | None, count: int, stream: bool, keep_running: bool,
+           as_json: bool) -> None:
+    """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
+    a string payload is JSON too: '"hello"'.
 
+    On a terminal it says at once when no forager offers CAPABILITY yet. Ctrl-C cancels
+    the tasks not finished yet (--keep-running leaves them running) and exits 130.
     Exits 1 if any task failed.
     """
     payloads = _payloads(payload, count)
+    want = labels(label_values)
     kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
-                          "labels": labels(label_values), "max_attempts": max_attempts,
+                          "labels": want, "max_attempts": max_attempts,
                           "wait": wait, "key": key, "retry_base": retry_base}
     failed = 0
     with conn.client() as client:
         started = time.monotonic()
-        futures = [(client.submit(capability, pl, **kw), time.monotonic()) for pl in payloads]
-        show_bar = len(futures) > 1 and not as_json and sys.stderr.isatty()
-        with click.progressbar(length=len(futures), label="tasks", file=sys.stderr,
-                               hidden=not show_bar) as bar:
-            for fut, t0 in futures:
-                if stream:
-                    for u in fut.updates():
-                        _print_update(fut.task_id, u, as_json)
-                rec = _outcome(fut, t0)
-                failed += rec["state"] != "completed"
-                if as_json:
-                    click.echo(json.dumps(rec))
-                elif not show_bar:
-                    if rec["state"] == "completed":
-                        click.echo(json.dumps(rec["result"]))
-                    else:
-                        err = rec["error"]
-                        click.echo(f"task {fut.task_id} {rec['state']}: [{err['code']}] "
-                                   f"{err['type'] + ': ' if err['type'] else ''}"
-                                   f"{err['message']}", err=True)
-                bar.update(1)
-        if show_bar:
-            took = time.monotonic() - started
-            click.echo(f"{len(futures) - failed} completed, {failed} failed in {took:.2f} s",
-                       err=True)
+        futures: list[tuple[Any, float]] = []
+        try:
+            if sys.stderr.isatty() and not as_json:
+                fits, offered = _offered(client, capability, to, want)
+                if not fits:
+                    _say_missing(capability, to, want, offered)
+            for pl in payloads:
+                futures.append((client.submit(capability, pl, **kw), time.monotonic()))
+            failed = _collect(client, futures, capability, stream, as_json, started)
+        except KeyboardInterrupt:
+            _interrupted(client, futures, keep_running)
     if failed:
         sys.exit(1)
+
+
+def _collect(client: Any, futures: list[tuple[Any, float]], capability: str, stream: bool,
+             as_json: bool, started: float) -> int:
+    """Wait for each task and print its outcome; returns how many did not complete."""
+    failed = 0
+    show_bar = len(futures) > 1 and not as_json and sys.stderr.isatty()
+    held: list[str] = []  # behind a progress bar, results are printed when it ends
+    offered: list[str] | None = None
+    with click.progressbar(length=len(futures), label="tasks", file=sys.stderr,
+                           hidden=not show_bar) as bar:
+        for fut, t0 in futures:
+            if stream:
+                for u in fut.updates():
+                    _print_update(fut.task_id, u, as_json)
+            rec = _outcome(fut, t0)
+            failed += rec["state"] != "completed"
+            if rec.get("error", {}).get("code") == "no-forager":
+                if offered is None:
+                    offered = _offered(client, capability, None, {})[1]
+                rec["error"]["offered"] = offered
+                rec["error"]["message"] += f" ({_offered_text(offered)})"
+            if as_json:
+                click.echo(json.dumps(rec))
+            elif rec["state"] == "completed":
+                line = json.dumps(rec["result"])
+                if show_bar:
+                    held.append(line)
+                else:
+                    click.echo(line)
+            else:
+                err = rec["error"]
+                click.echo(f"task {fut.task_id} {rec['state']}: [{err['code']}] "
+                           f"{err['type'] + ': ' if err['type'] else ''}"
+                           f"{err['message']}", err=True)
+            bar.update(1)
+    for line in held:
+        click.echo(line)
+    if show_bar:
+        took = time.monotonic() - started
+        click.echo(f"{len(futures) - failed} completed, {failed} failed in {took:.2f} s",
+                   err=True)
+    return failed
 
 
 @click.command()
@@ -159,14 +254,16 @@ def status(conn: Connection, as_json: bool) -> None:
                f"(pub {qi['pub']}), up {qi['uptime']:.0f} s, epoch {qi['epoch']}"
                + (", advertised by mDNS" if qi.get("advertised") else "")
                + (f", leader of term {st['term']}" if st.get("term") else ""))
-    click.echo(f"{len(st['foragers'])} foragers, {st['clients']} clients, "
+    # This command's own client is one of the queen's clients: not counted or listed.
+    others = max(0, st["clients"] - 1)
+    click.echo(f"{len(st['foragers'])} foragers, {others} client{'s' * (others != 1)}, "
                f"{st['queued']} queued, {st['running']} running")
     if st["foragers"]:
         click.echo(f"  {'NAME':30} {'STATE':9} {'SLOTS':>5} {'BUSY':>5} {'SEEN':>6}  TOOLS")
         for f in st["foragers"]:
             click.echo(f"  {f['name']:30} {f['state']:9} {f['slots']:5} {f['in_flight']:5} "
                        f"{f['last_seen_age']:5.1f}s  {','.join(f['tools'])}")
-    gone = st.get("recently_gone") or []
+    gone = [g for g in st.get("recently_gone") or [] if g.get("role") != "client"]
     if gone:
         click.echo("recently offline: " + ", ".join(g["name"] for g in gone[-5:]))
     if st["queues"]:
@@ -182,7 +279,97 @@ def status(conn: Connection, as_json: bool) -> None:
     if st.get("dead_letters"):
         click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]
-    click.echo("counters: " + ", ".join(f"{k}={v}" for k, v in c.items()))
+    shown = [f"{k}={v}" for k, v in c.items() if v]
+    click.echo("counters: " + (", ".join(shown) or "all zero")
+               + (f" (the other {len(c) - len(shown)} are 0; --json lists all)"
+                  if shown and len(shown) < len(c) else ""))
 
 
-COMMANDS = [submit, status]
+FINAL_STATES = ("completed", "failed", "cancelled")
+
+
+def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
+    """Cancel a task or a graph by id; what became of it, as `meshant cancel --json`
+    prints it (``ok`` False: it was not found, or had already ended otherwise)."""
+    try:
+        st = client.task_status(ident)
+    except MeshantError as e:
+        if e.code != "unknown-task":
+            raise
+    else:
+        if st["state"] in FINAL_STATES:
+            return {"id": ident, "kind": "task", "state": st["state"],
+                    "ok": st["state"] == "cancelled", "note": "already ended"}
+        # As client.cancel, but a refusal can be told by the message's id.
+        return sent_cancel(client, "task", ident, p.Message("task.cancel", {"task": ident},
+                                                             to="queen"))
+    try:
+        g = client.graph_status(ident)
+    except MeshantError as e:
+        if e.code != "unknown-graph":
+            raise
+        return {"id": ident, "kind": None, "state": None, "ok": False,
+                "note": "no such task or graph (meshant tasks, meshant status list them)"}
+    if g["state"] in FINAL_STATES:
+        return {"id": ident, "kind": "graph", "state": g["state"],
+                "ok": g["state"] == "cancelled", "note": "already ended"}
+    return sent_cancel(client, "graph", ident, p.Message("graph.cancel", {"graph": ident},
+                                                           to="queen"))
+
+
+class _Quiet(logging.Filter):
+    """Keeps the client's log quiet about the queen's refusals (the command says them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "queen says" not in str(record.msg)
+
+
+def sent_cancel(client: Any, kind: str, ident: str, msg: Any) -> dict[str, Any]:
+    """Send a cancel; what became of the task or graph (the status query is answered after
+    the cancel was taken, or refused: a refusal names the cancel by its id)."""
+    quiet = _Quiet()
+    logging.getLogger("meshant").addFilter(quiet)  # said once, below, not also as a log
+    try:
+        client.send_message(msg)
+        st = client.task_status(ident) if kind == "task" else client.graph_status(ident)
+    finally:
+        logging.getLogger("meshant").removeFilter(quiet)
+    refused = [r.b for r in client.refusals if r.ref == msg.id]
+    if refused:
+        return {"id": ident, "kind": kind, "state": st["state"], "ok": False,
+                "note": f"[{refused[0]['code']}] {refused[0]['message']}"}
+    return {"id": ident, "kind": kind, "state": st["state"],
+            "ok": st["state"] == "cancelled"}
+
+
+@click.command()
+@client_options()
+@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@JSON_OPT
+def cancel(conn: Connection, ids: tuple[str, ...], as_json: bool) -> None:
+    """Cancel tasks and task graphs by id: a queued task (or a graph's pending nodes) at
+    once, a running one best effort (its handler sees ctx.is_cancelled).
+
+    With CURVE on, only a task's submitter or an admin key may cancel it. Exits 1 unless
+    every ID is cancelled now.
+    """
+    ok = True
+    with conn.client() as client:
+        for ident in ids:
+            rec = _cancel_one(client, ident)
+            ok = ok and rec["ok"]
+            if as_json:
+                click.echo(json.dumps(rec))
+            elif rec["kind"] is None:
+                click.echo(f"Error: {ident}: {rec['note']}", err=True)
+            elif rec["ok"]:
+                note = f" ({rec['note']})" if rec.get("note") else ""
+                click.echo(f"{rec['kind']} {ident}: {rec['state']}{note}")
+            else:
+                click.echo(f"Error: {rec['kind']} {ident} is {rec['state']}"
+                           + (f": {rec['note']}" if rec.get("note") else ""), err=True)
+    if not ok:
+        sys.exit(1)
+
+
+COMMANDS = [submit, status, cancel]

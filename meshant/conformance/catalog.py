@@ -76,6 +76,16 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
     (_Q, "q.features", "§5.2", "progress, mem.sync and broadcast reach only peers that "
      "negotiated them"),
     (_Q, "q.services", "§7", "status.query, tool.query and mem.sync answer as specified"),
+    (_Q, "q.questions", "§6a", "task.ask is relayed to the submitter (progress negotiated "
+     "only), input-required, answered once, to the forager"),
+    (_Q, "q.attach", "§6a", "task.attach replays the updates after a cursor as task.update, "
+     "ending with the result; unknown-task"),
+    (_Q, "q.inbox", "§6a", "a msg to a name not connected is kept, listed, delivered once "
+     "(kept: true), with receipts"),
+    (_Q, "q.graphs", "§7d", "graph.submit runs nodes on their inputs' results; "
+     "graph.state, graph.result, a re-send, bad-graph"),
+    (_Q, "q.graph-cancel", "§7d", "graph.cancel cancels the running node's task and ends the "
+     "pending ones cancelled"),
     (_Q, "q.legacy", "§8", "an IACP 1.1 forager registers by hb and is assigned in JSON"),
 ))
 

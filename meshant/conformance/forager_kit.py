@@ -257,6 +257,13 @@ class ForagerKit:
         return f"{n} assignments in one message"
 
     def _progress(self) -> str:
+        if "progress" not in self.features and self.q.codec != JSON:
+            # Not negotiated, so not to be used (§5.2): a task that would stream ends with
+            # its final result alone (_final fails the check on anything else).
+            cap = "stream" if "stream" in self.tools else "echo"
+            self._need(cap)
+            self._final(self._assign_one(cap, {"text": "one two", "delay": 0.01}))
+            return f"progress not negotiated, and none used ({cap})"
         self._need("stream")
         if "progress" not in self.features:
             raise Skipped("progress was not negotiated")

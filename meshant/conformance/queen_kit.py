@@ -17,12 +17,13 @@ from typing import Any
 import zmq
 
 from meshant.conformance.cases import DECODE_CASES, JSON_CASES
+from meshant.conformance.queen_converse_kit import ConverseChecks
 from meshant.conformance.queen_tasks_kit import TaskChecks
 from meshant.conformance.report import CheckFailed, Report, require
 from meshant.conformance.wire import Peer, json_line, kind_is
 
 
-class QueenKit(TaskChecks):
+class QueenKit(TaskChecks, ConverseChecks):
     """One run against one queen endpoint."""
 
     def __init__(self, endpoint: str, *, timeout: float = 5.0,
@@ -51,7 +52,9 @@ class QueenKit(TaskChecks):
                 ("q.cancel", self._cancel), ("q.exhausted", self._exhausted),
                 ("q.fencing", self._fencing), ("q.batch", self._batch),
                 ("q.features", self._features), ("q.services", self._services),
-                ("q.legacy", self._legacy),
+                ("q.questions", self._questions), ("q.attach", self._attach),
+                ("q.inbox", self._inbox), ("q.graphs", self._graphs),
+                ("q.graph-cancel", self._graph_cancel), ("q.legacy", self._legacy),
             ):
                 if ok:
                     r.run(cid, fn)

@@ -71,9 +71,10 @@ class Peer:
 
     def send(self, kind: str, body: dict[str, Any] | None = None, *, ref: str | None = None,
              to: str | list[str] = "queen", frm: str | None = None,
-             id: str | None = None) -> p.Message:
+             id: str | None = None, extra: dict[str, Any] | None = None) -> p.Message:
+        """``extra``: envelope extension keys (``receipt``, ``ttl``: §6a)."""
         msg = p.Message(kind, body, id=id or self.ids(), frm=self.name if frm is None else frm,
-                        to=to, ref=ref, v="1.1" if self.json else "2")
+                        to=to, ref=ref, v="1.1" if self.json else "2", extra=extra)
         self.send_raw(p.encode_for(msg, JSON if self.json else BINARY))
         return msg
 

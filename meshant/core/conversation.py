@@ -72,7 +72,12 @@ class Questions:
 
 
 class CursorExpired(Exception):
-    """The updates a cursor asks for are no longer kept."""
+    """The updates a cursor asks for are no longer kept; ``cursor`` is the lowest that
+    works (its error carries it, spec §6a)."""
+
+    def __init__(self, message: str, cursor: int) -> None:
+        super().__init__(message)
+        self.cursor = cursor
 
 
 def size_of(body: Any) -> int:
@@ -164,7 +169,7 @@ class UpdateLogs:
             raise CursorExpired(f"updates {after + 1}-{log.dropped} of task {task_id} were "
                                 f"dropped (a task keeps its last {self.max_count} updates, "
                                 f"{self.max_bytes:,} bytes): attach with after >= "
-                                f"{log.dropped}")
+                                f"{log.dropped}", log.dropped)
         return [(s, k, b) for s, k, b, _ in log.entries if s > after]
 
 

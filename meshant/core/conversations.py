@@ -223,7 +223,7 @@ class Conversations:
         try:
             items = self._updates_since(req, task, after)
         except CursorExpired as e:
-            st.refuse(req, Code.CURSOR_EXPIRED, str(e))
+            st.refuse(req, Code.CURSOR_EXPIRED, str(e), cursor=e.cursor)
             return
         if items is MISSING:
             return
@@ -268,7 +268,7 @@ class Conversations:
             last = (task.final or {}).get("seq", task.seq + 1) - 1
             if after < last:
                 raise CursorExpired(f"updates {after + 1}-{last} of task {task.id} are no "
-                                    "longer kept")
+                                    f"longer kept: attach with after >= {last}", last)
             return []
         return logs.since(task.id, after)
 

@@ -123,12 +123,14 @@ class GraphService:
         self.state.send(req.node, p.Message("graph.state", st, ref=req.msg.id))
 
     def cancel(self, req: Request) -> None:
-        # Any client may cancel a graph by id (``meshant graph cancel`` is a process of
-        # its own), as any client may drain or halt a forager.
+        # Any client may name a graph by id (``meshant graph cancel`` is a process of its
+        # own); with CURVE, another client's graph only with an admin key (core/rights.py).
         g = self.book.graphs.get(req.msg.b["graph"])
         if g is None or req.node.role != "client":
             self.state.refuse(req, Code.UNKNOWN_GRAPH,
                               f"no running graph {req.msg.b['graph']!r}")
+            return
+        if self.state.forbidden(req, "graph.cancel", g.client_name == req.node.name):
             return
         self.book.cancel(g, req.now)
 

@@ -19,9 +19,11 @@ out, in order, with ``take()``. It reads no clock and touches no socket or datab
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from meshant import protocol as p
 from meshant.core.admission import Admission
@@ -346,6 +348,7 @@ class QueenCore:
             "breakers": sched.breakers.states(),
             "recently_gone": list(self.registry.gone)[-10:],
             "graphs": [g.summary() for g in list(self.graphs.graphs.values())[:100]],
+            "journal": journal_location(self.config.journal),
         }
 
     # -- the router -----------------------------------------------------------------------
@@ -421,3 +424,16 @@ class QueenCore:
 
 __all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Read", "Record",
            "RecordMemory", "Remember", "Send"]
+
+
+def journal_location(journal: str | None) -> str | None:
+    """The journal as ``status`` names it, for `meshant tasks` and the other readers: a
+    file's absolute path, a database URL without its password; None for none."""
+    if journal is None or journal == ":memory:":
+        return None
+    if "://" not in journal:
+        return os.path.abspath(journal)
+    u = urlsplit(journal)
+    if u.password is None:
+        return journal
+    return urlunsplit(u._replace(netloc=u.netloc.replace(f":{u.password}@", "@", 1)))

@@ -241,7 +241,7 @@ class QueenState:
         if permits(operation, roles, owner):
             return False
         self.counters["forbidden"] += 1
-        who = "an admin key" + (" or the task's submitter" if operation.startswith("task.")
+        who = "an admin key" + (" or the submitter" if operation.startswith(("task.", "graph."))
                                 else "")
         self.refuse(req, Code.FORBIDDEN, f"{operation} is allowed to {who} only; "
                     f"{node.name!r} is not (meshant keys generate ... --role admin)",

@@ -20,6 +20,8 @@ OPERATIONS: dict[str, str] = {
     "inbox.purge": ADMIN,
     "mem.reserved": ADMIN,  # set or delete a colony memory key under RESERVED_PREFIXES
     "task.answer": OWNER,
+    "task.cancel": OWNER,
+    "graph.cancel": OWNER,
     "task.attach": OWNER,
 }
 

@@ -250,7 +250,9 @@ class PeerSession:
         if self.state is not State.ACTIVE or self.monitor is None:
             return
         if epoch and epoch != self.epoch:
-            self._lose(now, f"the queen restarted (epoch {epoch})")
+            # A queen that stops says goodbye with its epoch marked ".stopped".
+            self._lose(now, "the queen stopped" if str(epoch).endswith(".stopped")
+                       else f"the queen restarted (epoch {epoch})")
             return
         self.monitor.beat("queen", now)
 

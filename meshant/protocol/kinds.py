@@ -36,7 +36,7 @@ def _f(name: str, types: type | tuple[type, ...], required: bool = False) -> Fie
 
 
 _ERR = (_f("code", str, True), _f("message", str, True), _f("retry_after", _NUM),
-        _f("assign", str))
+        _f("assign", str), _f("operation", str), _f("cursor", int))
 
 KINDS: tuple[Kind, ...] = (
     # Negotiation and errors

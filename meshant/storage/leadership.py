@@ -88,8 +88,8 @@ class Leadership:
             try:
                 self._conn.execute("UPDATE lease SET expires='-infinity' WHERE id=1 AND "
                                    "term=%s AND holder=%s", (self.term, self.holder))
-                log.warning("queen %s hands the lease back (term %d): a standby leads next",
-                            self.name, self.term)
+                log.warning("queen %s hands the lease back (term %d): a standby queen, if "
+                            "one runs, leads next", self.name, self.term)
             except Exception:  # the database is away: the lease lapses on its own
                 pass
         if self._conn is not None:

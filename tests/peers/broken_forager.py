@@ -5,7 +5,7 @@ that cannot fail is a defect. It uses nothing of meshant but the codec.
 Its bugs, each one a check the kit must FAIL: results without ``status`` (``f.assign``),
 a heartbeat every 3 s whatever the welcome says (``f.heartbeat``), the wrong ``from``
 after the welcome (``f.from``), and partial results although it asks for no feature
-(``f.no-features`` is reached only through a reconnect, so ``f.progress`` is SKIP).
+(``f.progress``; ``f.no-features`` is reached only through a reconnect).
 
     python tests/peers/broken_forager.py     # with MESHANT_QUEEN set, as the kit does
 """
