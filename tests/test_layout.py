@@ -197,3 +197,27 @@ def test_errors_are_grouped_by_remedy() -> None:
     assert issubclass(meshant.ProtocolError, e.BadInput)
     assert e.from_error_body({"code": "queue-full"}).__class__ is e.QueueFull
     assert isinstance(e.from_error_body({"code": "unknown-task"}), e.BadInput)
+
+
+def test_no_zmq_error_reaches_a_caller() -> None:
+    import errno
+
+    import pytest
+    import zmq
+
+    from meshant.actors._boundary import translated
+
+    @translated("the thing")
+    def boom(number: int) -> None:
+        raise zmq.ZMQError(number)
+
+    with pytest.raises(meshant.errors.MeshantError, match="the thing") as e:
+        boom(errno.EMFILE)
+    assert e.value.code == "io-failed" and e.value.detail["errno"] == errno.EMFILE
+    with pytest.raises(meshant.errors.ConfigError):
+        boom(zmq.EADDRINUSE)
+    # Every public entry point that may touch a socket in the caller's thread is wrapped.
+    from meshant import Client, Forager, Queen
+    for fn in (Client.__init__, Client.submit, Client.close, Forager.start, Forager.run,
+               Queen.start, Queen.run):
+        assert hasattr(fn, "__wrapped__"), fn

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from meshant.actors._endpoints import check_endpoint
-from meshant.errors import MeshantError, QueenUnreachable, Refused
+from meshant.errors import ConfigError, MeshantError, QueenUnreachable, Refused
 from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant")
@@ -62,11 +62,11 @@ class QueenFinder:
         advertised = rec.curve.encode() if rec.curve else None
         if self.queen_key is None:
             if advertised is None:
-                raise MeshantError(f"the queen at {rec.router} advertises no CURVE key, but "
+                raise ConfigError(f"the queen at {rec.router} advertises no CURVE key, but "
                                    "this peer has one: give --queen-key", code=Code.BAD_KEY)
             self.queen_key = advertised  # trust on first use, from the TXT record
         elif advertised != self.queen_key:
-            raise MeshantError(
+            raise Refused(
                 f"refusing the queen of colony {rec.colony!r} at {rec.router}: it advertises "
                 f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
                 "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)

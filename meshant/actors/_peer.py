@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from meshant import protocol as p
+from meshant.actors._boundary import translated
 from meshant.actors._endpoints import (
     _size,
     _size_n,
@@ -130,6 +131,7 @@ class Peer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    @translated("the peer")
     def _start_io(self, timeout: float | None) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.role} already started")
@@ -147,6 +149,7 @@ class Peer:
                 raise err
             raise self.finder.unreachable(timeout)
 
+    @translated("the peer")
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread and close the sockets (idempotent)."""
         self._stopping.set()

@@ -25,6 +25,7 @@ from typing import Any
 import zmq
 
 from meshant import protocol as p
+from meshant.actors._boundary import translated
 from meshant.actors._peer import Item, Peer
 from meshant.actors.attach import Attachment, apply, feed
 from meshant.actors.config import ClientConfig, settle
@@ -72,6 +73,7 @@ class Client(Peer):
 
     role = "client"
 
+    @translated("the client")
     def __init__(
         self,
         queen: str | None = None,
@@ -157,6 +159,7 @@ class Client(Peer):
             raise RuntimeError("a Client(threaded=False) belongs to the thread that made it; "
                                "share the default threaded Client between threads instead")
 
+    @translated("the client")
     def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> None:
         """Read and dispatch messages until ``done()`` or ``timeout`` (Timeout)."""
         self._check_owner()
@@ -177,6 +180,7 @@ class Client(Peer):
         if not self._stopped.is_set():
             self._teardown()
 
+    @translated("the client")
     def send_message(self, msg: Item) -> None:
         if self._died is not None:
             raise self._died
@@ -192,6 +196,7 @@ class Client(Peer):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @translated("the client")
     def close(self, timeout: float = 5.0) -> None:
         """Disconnect. Futures still pending fail with a clear error."""
         if self.threaded:
@@ -290,6 +295,7 @@ class Client(Peer):
 
     # -- tasks ----------------------------------------------------------------------------
 
+    @translated("the client")
     def submit(
         self,
         capability: str,
@@ -389,6 +395,7 @@ class Client(Peer):
 
     # -- queries --------------------------------------------------------------------------
 
+    @translated("the client")
     def _request(self, kind: str, body: dict[str, Any] | None,
                  timeout: float) -> dict[str, Any]:
         msg = p.Message(kind, body, frm=self.name, to="queen")
@@ -502,6 +509,7 @@ class Client(Peer):
 
     # -- task graphs ----------------------------------------------------------------------
 
+    @translated("the client")
     def submit_graph(self, graph: Any, *, updates: bool = False) -> GraphHandle:
         """Submit a task graph (a :class:`~meshant.Graph`, or the document: a map of name
         to node, or ``{"nodes": [...]}``); returns its :class:`~meshant.GraphHandle` at

@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from meshant.errors import ConfigError
+
 C = TypeVar("C")
 
 
@@ -66,12 +68,12 @@ class ClientConfig(PeerConfig):
 
 
 def settle(kind: type[C], config: C | None, settings: dict[str, Any]) -> C:
-    """``config`` (or the defaults) with ``settings`` applied; a TypeError names the
+    """``config`` (or the defaults) with ``settings`` applied; a ConfigError names the
     setting that does not exist."""
     try:
         return dataclasses.replace(config or kind(), **settings)  # type: ignore[type-var]
     except TypeError as e:
-        raise TypeError(f"{e} (the settings are {kind.__name__}'s fields)") from None
+        raise ConfigError(f"{e} (the settings are {kind.__name__}'s fields)") from None
 
 
 __all__ = ["ClientConfig", "ForagerConfig", "PeerConfig", "settle"]

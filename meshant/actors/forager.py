@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 import zmq
 
 from meshant import protocol as p
+from meshant.actors._boundary import translated
 from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.futures import fail
@@ -173,6 +174,7 @@ class Forager(Peer):
                                   serves=self.handlers)
         self._pool = Workers(self.slots, f"meshant-{self.name}")
 
+    @translated("the forager")
     def start(self, timeout: float | None = 10.0) -> Forager:
         """Run in a background thread; returns once the queen welcomed this forager."""
         self._begin()
@@ -202,6 +204,7 @@ class Forager(Peer):
         self._fs.stop_all()
         self._do(self._fs.take())
 
+    @translated("the forager")
     def run(self, *, install_signals: bool = True, drain_timeout: float = 600.0) -> None:
         """Serve until stopped; waits for the queen if it is not up yet.
 

@@ -22,6 +22,7 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors import _zmqio as _zio
+from meshant.actors._boundary import translated
 from meshant.actors._reads import Reads
 from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
@@ -41,9 +42,9 @@ from meshant.core.queen import (
 from meshant.core.queen_state import _Info
 from meshant.core.registry import ACTIVE, DRAINING, Registry
 from meshant.core.scheduler import Scheduler
-from meshant.errors import ConfigError, MeshantError
+from meshant.errors import ConfigError, JournalError, Timeout
 from meshant.observe import tracing
-from meshant.storage import JournalError, is_postgres, open_journal
+from meshant.storage import is_postgres, open_journal
 from meshant.storage.commit import commit
 from meshant.storage.leadership import Leadership
 
@@ -77,7 +78,7 @@ class Queen:
         try:
             c = self.config = dataclasses.replace(config or QueenConfig(), **settings)
         except TypeError as e:
-            raise TypeError(f"Queen: {e} (see QueenConfig for the settings)") from None
+            raise ConfigError(f"Queen: {e} (see QueenConfig for the settings)") from None
         if c.durability not in ("process", "power"):
             raise ConfigError(f"durability {c.durability!r}: use 'process' (survive a killed "
                               "queen) or 'power' (survive a power cut too)")
@@ -97,12 +98,12 @@ class Queen:
         authorized: Authorized | None = None
         if c.curve_secret is not None:
             if c.authorized is None:
-                raise MeshantError("--curve-secret needs --authorized DIR: the folder of "
+                raise ConfigError("--curve-secret needs --authorized DIR: the folder of "
                                    "public keys allowed to connect")
             self.curve = load_secret(c.curve_secret)
             authorized = Authorized(c.authorized)
         elif c.authorized is not None:
-            raise MeshantError("--authorized needs --curve-secret FILE: the queen's own key")
+            raise ConfigError("--authorized needs --curve-secret FILE: the queen's own key")
         self.authorized = authorized
         self._auth: Any = None
         self._reload_keys = False
@@ -115,7 +116,7 @@ class Queen:
                 self.journal = open_journal(c.journal, timeout=c.lease,
                                             durability=c.durability)
             except JournalError as e:
-                raise MeshantError(str(e), code=p.Code.BAD_JOURNAL) from None
+                raise JournalError(str(e)) from None
             # Final tasks stay on disk; the journal's own thread prunes them.
             self.journal.retain(c.retention, c.retention_count)
             if is_postgres(c.journal):
@@ -284,13 +285,14 @@ class Queen:
 
     # -- running --------------------------------------------------------------------------
 
+    @translated("the queen")
     def start(self, timeout: float = 10.0) -> Queen:
         """Serve from a background thread; returns once bound (raises if binding failed)."""
         self._thread = threading.Thread(target=self._run_guarded, name="meshant-queen",
                                         daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise MeshantError(f"queen did not start within {timeout} s")
+            raise Timeout(f"the queen did not start within {timeout} s")
         if self._error is not None:
             raise self._error
         return self
@@ -312,6 +314,7 @@ class Queen:
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
 
+    @translated("the queen")
     def run(self) -> None:
         """Bind and serve until :meth:`stop` is called (from any thread or a signal handler)."""
         router = self._ctx.socket(zmq.ROUTER)
@@ -351,7 +354,7 @@ class Queen:
                 router.bind(self.bind)
                 pub.bind(self.pub)
             except zmq.ZMQError as e:
-                raise MeshantError(f"cannot bind {self.bind} / {self.pub}: {e.strerror}. "
+                raise ConfigError(f"cannot bind {self.bind} / {self.pub}: {e.strerror}. "
                                    "Is another queen running there? Pick free endpoints "
                                    "with --bind/--pub.") from None
             self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)

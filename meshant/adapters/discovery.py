@@ -27,7 +27,7 @@ from zeroconf import (
     Zeroconf,
 )
 
-from meshant.errors import MeshantError, QueenUnreachable
+from meshant.errors import ConfigError, MeshantError, QueenUnreachable
 from meshant.protocol.binary import SUPPORTED_VERSIONS
 from meshant.protocol.codes import Code
 
@@ -293,7 +293,7 @@ def choose(queens: list[QueenRecord], colony: str | None) -> QueenRecord:
     colonies = {q.colony for q in queens}
     if colony is None and len(colonies) > 1:
         listing = ", ".join(f"{q.colony} ({q.router})" for q in queens)
-        raise MeshantError(f"several colonies found: {listing}; choose one with --colony",
+        raise ConfigError(f"several colonies found: {listing}; choose one with --colony",
                            code=Code.AMBIGUOUS)
     return max(queens, key=lambda q: (q.role == "leader", q.term, q.heard, q.instance))
 

@@ -27,6 +27,8 @@ from typing import Any
 import zmq
 import zmq.auth
 
+from meshant.errors import ConfigError
+
 ROLES = ("forager", "client", "admin")
 _META = re.compile(r'^\s+([A-Za-z0-9_-]+)\s*=\s*("?)(.*)\2\s*$')  # quoted or not (ZPL)
 _PUBLIC = re.compile(r'^\s+public-key\s*=\s*"(.{40})"\s*$')
@@ -62,7 +64,7 @@ def generate(directory: str | os.PathLike[str], name: str, roles: tuple[str, ...
     """
     for r in roles:
         if r not in ROLES:
-            raise ValueError(f"role {r!r} is not one of {', '.join(ROLES)}")
+            raise ConfigError(f"role {r!r} is not one of {', '.join(ROLES)}")
     Path(directory).mkdir(parents=True, exist_ok=True)
     # ZPL values, quoted as meshant has always written them (pyzmq writes them verbatim).
     meta = {"roles": f'"{",".join(roles)}"'}
@@ -81,9 +83,9 @@ def load_secret(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
     try:
         public, secret = zmq.auth.load_certificate(str(path))
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read the CURVE secret key file {path}: {e}") from None
+        raise ConfigError(f"cannot read the CURVE secret key file {path}: {e}") from None
     if not secret:
-        raise ValueError(f"{path} holds no secret key (give the .key_secret file)")
+        raise ConfigError(f"{path} holds no secret key (give the .key_secret file)")
     return public, secret
 
 
@@ -95,7 +97,7 @@ def load_public(path_or_key: str | os.PathLike[str]) -> bytes:
     try:
         public, _ = zmq.auth.load_certificate(text)
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read the CURVE public key file {text}: {e}") from None
+        raise ConfigError(f"cannot read the CURVE public key file {text}: {e}") from None
     return public
 
 
@@ -129,7 +131,7 @@ class Authorized:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
-            raise ValueError(f"--authorized {directory}: not a folder of public keys")
+            raise ConfigError(f"--authorized {directory}: not a folder of public keys")
         self.grants: dict[bytes, Grant] = {}
         self._stamp: tuple[Any, ...] = ()
         self.reload()

@@ -26,10 +26,9 @@ from typing import Any, Protocol
 
 from meshant.adapters.web.policy import Access, Limits, Policy
 from meshant.adapters.web.server import Request, Response, Stream, WebServer, json_response
-from meshant.errors import MeshantError
+from meshant.errors import MeshantError, Timeout
 from meshant.observe.metrics import exposition, registry_for
 from meshant.observe.snapshot import Observer
-from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.http")
 
@@ -215,8 +214,7 @@ class ObserveServer:
             try:
                 return fut.result(5.0)
             except TimeoutError:
-                raise MeshantError("the queen's loop did not answer within 5 s",
-                                   code=Code.TIMEOUT) from None
+                raise Timeout("the queen's loop did not answer within 5 s") from None
         r = self.client().dlq("retry", target, timeout=5.0)
         return {"ok": True, "op": op, "task": target, "result": r}
 
