@@ -25,7 +25,7 @@ def test_new_checks_fail_a_queen_that_drops_them(ctx: zmq.Context[Any]) -> None:
         # A queen with these parts missing: questions and inbox requests go nowhere,
         # graph submissions and cancels are never answered.
         for kind in ("task.ask", "inbox", "graph.submit", "graph.cancel"):
-            q.core._handlers[kind] = _ignore
+            q.core._after[kind] = _ignore
         report = check_queen(q.endpoint, timeout=1.0)
     finally:
         q.stop()

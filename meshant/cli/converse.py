@@ -73,13 +73,13 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
                                 time.monotonic() >= deadline else 5.0)
             out: dict[str, Any] = {"task": task_id, "state": "completed",
                                    "result": jsonable(result)}
-        except MeshantError as e:
-            out = {"task": task_id, "state": "failed", "error": {"code": e.code,
-                                                                   "message": e.message}}
-        except TimeoutError:
+        except TimeoutError:  # (before MeshantError: a meshant Timeout is both)
             click.echo(f"task {task_id} did not end within {timeout or 0:g} s (it goes on; "
                        f"meshant watch {task_id} --after {att.last_seq} resumes)", err=True)
             sys.exit(2)
+        except MeshantError as e:
+            out = {"task": task_id, "state": "failed", "error": {"code": e.code,
+                                                                   "message": e.message}}
     if as_json:
         click.echo(json.dumps(out))
     elif out["state"] == "completed":
