@@ -34,7 +34,7 @@ from meshant.actors.client import Client
 from meshant.apps import _procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.pg_server import PgServer  # noqa: E402
+from tests.pg_server import PgServer
 
 
 def colony(tree: str, url: str, workdir: str) -> tuple[list[Any], str]:

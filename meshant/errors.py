@@ -102,7 +102,9 @@ class TaskOutcome(MeshantError):
 
 
 class TaskFailed(TaskOutcome):
-    """The task failed: ``remote_type`` and ``message`` come from the handler's exception."""
+    """The task failed: ``remote_type`` and ``message`` come from the handler's exception,
+    ``remote_traceback`` is where it was raised (on the forager), as Python prints it.
+    Printed unhandled, the exception shows that traceback after its own."""
 
     code = "handler-error"
 
@@ -110,9 +112,31 @@ class TaskFailed(TaskOutcome):
                  **detail: Any) -> None:
         super().__init__(message, code=code, **detail)
         self.remote_type = remote_type
+        lines = format_frames(detail.get("traceback"))
+        self.remote_traceback = "\n".join(lines)
+        if lines:
+            where = detail.get("forager")
+            self.add_note(f"The handler's traceback{f' on {where}' if where else ''} "
+                          "(most recent call last):\n" + self.remote_traceback)
 
     def __str__(self) -> str:
         return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
+
+
+def format_frames(tb: Any) -> list[str]:
+    """A failed result's ``traceback`` (a list of ``{file, line, function, source}``,
+    innermost last) as the lines Python prints for one; malformed entries are skipped."""
+    lines: list[str] = []
+    if not isinstance(tb, list):
+        return lines
+    for f in tb:
+        if not isinstance(f, dict):
+            continue
+        lines.append(f'  File "{f.get("file", "?")}", line {f.get("line", "?")}, '
+                     f'in {f.get("function", "?")}')
+        if f.get("source"):
+            lines.append(f"    {f['source']}")
+    return lines
 
 
 class TaskCancelled(TaskOutcome):
@@ -236,4 +260,4 @@ __all__ = ["AskTimeout", "BadInput", "ConfigError", "DeadlineExceeded", "Deposed
            "GraphFailed", "JournalError", "MeshantError", "NoForager", "NotLeader",
            "QueenUnreachable", "QueueFull", "RateLimited", "Refused", "RetryLater",
            "TaskCancelled", "TaskFailed", "TaskOutcome", "Timeout", "TooLarge",
-           "from_error_body"]
+           "format_frames", "from_error_body"]

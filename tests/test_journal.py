@@ -220,7 +220,7 @@ def test_dead_letters_cli_end_to_end(procs: Procs, tmp_path: Path, backend: str)
     router = q.router
     procs.forager(router, "--name", "f")
     r = meshant("submit", "--queen", router, "fail", '{"message": "always"}',
-                "--max-attempts", "2", "--json")
+                "--max-attempts", "2", "--retry-on", "*", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["message"] == "always"
     task_id = json.loads(r.stdout)["id"]
     r = meshant("dlq", "list", "--queen", router, "--json")

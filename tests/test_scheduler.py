@@ -307,8 +307,32 @@ def test_handler_error_is_a_failed_result_with_type() -> None:
                                      "error": {"type": "ValueError", "message": "bad"}}, c.now)
     (final,) = c.finals(c.step())
     assert final["error"] == {"code": "handler-error", "type": "ValueError", "message": "bad",
-                              "forager": "f1", "cause": "handler-error", "attempts": 1}
+                              "forager": "f1", "cause": "handler-error", "attempts": 1,
+                              "reasons": ["f1: ValueError: bad"]}
     assert "t" in c.s.dlq  # and it is a dead letter
+
+
+def test_a_handler_error_fails_the_task_at_once_unless_one_to_retry() -> None:
+    c = Colony()
+    f = c.forager("f1", slots=4)
+    c.submit("plain", max_attempts=5)
+    c.submit("named", max_attempts=5, retry_on=("TimeoutError",))
+    c.submit("other", max_attempts=5, retry_on=("TimeoutError",))
+    c.submit("any", max_attempts=5, retry_on=("*",))
+    c.step()
+    tb = [{"file": "app.py", "line": 3, "function": "handle", "source": "x['b']"}]
+    on = c.s.running_on(f)
+    c.s.result(on["plain.1"], {"status": "error", "error": {
+        "type": "KeyError", "message": "'b'", "traceback": tb}}, c.now)
+    c.s.result(on["named.1"], {"status": "error", "error": {"type": "TimeoutError"}}, c.now)
+    c.s.result(on["other.1"], {"status": "error", "error": {"type": "KeyError"}}, c.now)
+    c.s.result(on["any.1"], {"status": "error", "error": {"type": "KeyError"}}, c.now)
+    finals = {m["task"]: m for m in c.finals(c.step())}
+    assert sorted(finals) == ["other", "plain"]  # the others wait out a backoff
+    assert finals["plain"]["error"]["attempts"] == 1
+    assert finals["plain"]["error"]["traceback"] == tb  # where it failed, passed on
+    assert c.s.tasks["named"].state == c.s.tasks["any"].state == "queued"
+    assert sorted(c.s.dlq) == ["other", "plain"]
 
 
 def test_handler_errors_retry_with_backoff_then_dead_letter() -> None:
@@ -316,8 +340,9 @@ def test_handler_errors_retry_with_backoff_then_dead_letter() -> None:
     f = c.forager("f1")
     c.submit("t", max_attempts=3)
     c.step()
-    for n in (1, 2):
-        c.s.result(c.s.running_on(f)[f"t.{n}"], {"status": "error", "error": {"type": "E"}}, c.now)
+    for n in (1, 2):  # the handler asks for a retry (its retry_on)
+        c.s.result(c.s.running_on(f)[f"t.{n}"], {"status": "error", "error": {
+            "type": "E", "retry": True}}, c.now)
         assert c.assigns(c.step()) == []  # waiting out a jittered backoff, not hammering
         assert c.s.tasks["t"].state == "queued" and c.s.queued == 1
         ceiling = c.s.backoff.ceiling(n - 1)
@@ -399,7 +424,7 @@ def test_a_tasks_own_retry_policy_overrides_the_queens() -> None:
     f = c.forager("f1")
     c.submit("t", max_attempts=5, retry_base=100.0, retry_cap=200.0)
     c.step()
-    c.s.result(c.s.running_on(f)["t.1"], {"status": "error", "error": {}}, c.now)
+    c.s.result(c.s.running_on(f)["t.1"], {"status": "error", "error": {"retry": True}}, c.now)
     c.step()
     assert c.s.tasks["t"].history[-1][2].endswith(f"retry in {expected:.2f} s")
     assert c.assigns(c.step(expected - 0.01)) == []

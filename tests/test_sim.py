@@ -180,6 +180,16 @@ def test_mutant_a_kept_inbox_message_is_delivered_twice(mutate: Any) -> None:
             100, "inbox-once")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("verdict", "invariant"), [(True, "fail-fast"),
+                                                    (False, "retry-opt-in")])
+def test_mutant_a_handler_failure_is_retried_against_its_policy(
+        mutate: Any, verdict: bool, invariant: str) -> None:
+    # Every handler exception retried (the old default), or none (opt-in ignored).
+    mutate(scheduler_mod, "retries", lambda task, err: verdict)
+    _caught(DEFAULT.only("kill-forager", faults=(0, 2)), 60, invariant)
+
+
 def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) -> None:
     # The smallest mutant: every result is given to its submitter twice.
     real = simrun.SimClient.do

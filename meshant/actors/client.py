@@ -48,6 +48,15 @@ from meshant.protocol.codes import Code
 log = logging.getLogger("meshant.client")
 
 
+def _retry_names(retry_on: Iterable[str | type[BaseException]] | bool) -> list[str]:
+    """``retry_on`` as the wire carries it: exception type names, ``["*"]`` for any."""
+    if retry_on is True:
+        return ["*"]
+    if isinstance(retry_on, (str, type)):
+        retry_on = [retry_on]
+    return [t.__name__ if isinstance(t, type) else str(t) for t in retry_on]  # type: ignore[union-attr]
+
+
 class Client(Peer):
     """Connects to a queen and submits tasks.
 
@@ -311,6 +320,7 @@ class Client(Peer):
         key: str | None = None,
         retry_base: float | None = None,
         retry_cap: float | None = None,
+        retry_on: Iterable[str | type[BaseException]] | bool | None = None,
     ) -> TaskFuture:
         """Submit a task; the future resolves to its result or raises a MeshantError.
 
@@ -323,6 +333,11 @@ class Client(Peer):
         client, also after a queen restart on its journal) does not run the task again
         but gets the first submission's result. ``retry_base``/``retry_cap`` set this
         task's retry backoff (a random wait up to ``min(cap, base * 2**n)``).
+
+        An exception in the handler fails the task at once (a lost forager or an expired
+        lease is retried while ``max_attempts`` last). ``retry_on`` retries handler
+        exceptions too: exception classes or their names (``["TimeoutError"]``), or
+        ``True`` for any; the handler's own ``retry_on`` is honoured as well.
         """
         if self._died is not None:
             raise self._died
@@ -354,6 +369,8 @@ class Client(Peer):
             body["retry_base"] = retry_base
         if retry_cap is not None:
             body["retry_cap"] = retry_cap
+        if retry_on:
+            body["retry_on"] = _retry_names(retry_on)
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         tp = tracing.current()
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])

@@ -27,7 +27,7 @@ from meshant.actors._boundary import translated
 from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.futures import fail
-from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
+from meshant.actors.handlers import Handler, TaskContext, positional_args
 from meshant.actors.workers import Workers
 from meshant.core import forager_session as fs_
 from meshant.core.forager_session import RESENT_MAX, ForagerSession
@@ -116,8 +116,9 @@ class Forager(Peer):
 
     # -- registering handlers -------------------------------------------------------------
 
-    def task(self, capability: str, *, batch: int | None = None,
-             inline: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def task(self, capability: str, *, batch: int | None = None, inline: bool = False,
+             retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
         The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``: a parameter
@@ -126,14 +127,22 @@ class Forager(Peer):
         Exception instance in the list fails just that task). ``inline=True`` runs it in
         the I/O thread itself, saving two thread hand-offs per task: only for handlers
         that take microseconds and never block.
+
+        An exception the handler raises fails the task at once, with its type, message
+        and traceback (logged here at warning too); ``retry_on=(ConnectionError, ...)``
+        asks the queen to try the task again, on any forager, when the handler raises one
+        of those (while the task's attempts last). A lost forager or an expired lease is
+        always retried.
         """
         def deco(fn: Callable[P, R]) -> Callable[P, R]:
-            self.add_handler(capability, fn, batch=batch, inline=inline)
+            self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on)
             return fn
         return deco
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
-                    batch: int | None = None, inline: bool = False) -> None:
+                    batch: int | None = None, inline: bool = False,
+                    retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+                    ) -> None:
         """Serve ``capability`` with ``fn``; see :meth:`task`."""
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
@@ -141,7 +150,10 @@ class Forager(Peer):
             raise ConfigError("batch must be at least 1")
         if inline and (batch is not None or inspect.iscoroutinefunction(fn)):
             raise ConfigError("inline handlers are plain functions without batch")
-        self.handlers[capability] = Handler.of(fn, batch, inline)
+        on = (retry_on,) if isinstance(retry_on, type) else tuple(retry_on)
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in on):
+            raise ConfigError(f"retry_on takes exception classes, not {retry_on!r}")
+        self.handlers[capability] = Handler.of(fn, batch, inline, on)
 
     def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
@@ -466,12 +478,22 @@ class Forager(Peer):
                 self.running.get(ctx.ref) is ctx):
             del self.running[ctx.ref]
 
+    def _failed(self, h: Handler, ctx: TaskContext, e: BaseException) -> dict[str, Any]:
+        body = h.failed(e)
+        # The person running this forager sees the failure where it happened, the whole
+        # traceback; the submitter gets the bounded one in the result.
+        log.warning("%s: task %s (%s, attempt %d) failed%s", self.name, ctx.task_id,
+                    ctx.capability, ctx.attempt,
+                    "; the queen will retry it" if body["error"].get("retry") else "",
+                    exc_info=e)
+        return body
+
     def _run_one(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
         try:
             result = h.fn(payload, ctx) if h.takes_ctx else h.fn(payload)
             body = {"status": "ok", "result": p.wrap_blob(result)}
         except Exception as e:
-            body = error_body(e)
+            body = self._failed(h, ctx, e)
         self._done(ctx, body)
 
     async def _run_async(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
@@ -481,7 +503,7 @@ class Forager(Peer):
         except asyncio.CancelledError:
             body = {"status": "cancelled"}
         except Exception as e:
-            body = error_body(e)
+            body = self._failed(h, ctx, e)
         self._done(ctx, body)
 
     def _run_batch(self, h: Handler, cap: str) -> None:
@@ -503,10 +525,11 @@ class Forager(Peer):
             if len(results) != len(items):
                 raise ValueError(f"batch handler returned {len(results)} results for "
                                  f"{len(items)} tasks")
-            bodies = [error_body(r) if isinstance(r, BaseException)
-                      else {"status": "ok", "result": p.wrap_blob(r)} for r in results]
+            bodies = [self._failed(h, c, r) if isinstance(r, BaseException)
+                      else {"status": "ok", "result": p.wrap_blob(r)}
+                      for c, r in zip(ctxs, results, strict=True)]
         except Exception as e:
-            bodies = [error_body(e)] * len(items)
+            bodies = [self._failed(h, ctxs[0], e)] + [h.failed(e)] * (len(items) - 1)
         for ctx, body in zip(ctxs, bodies, strict=True):
             self._done(ctx, dict(body))
 

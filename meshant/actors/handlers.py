@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -271,17 +273,62 @@ class Handler:
     is_async: bool
     takes_ctx: bool
     inline: bool = False
+    # Exceptions the queen should retry (while attempts are left); any other fails the
+    # task at once.
+    retry_on: tuple[type[BaseException], ...] = ()
 
     @classmethod
-    def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool) -> Handler:
+    def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool,
+           retry_on: tuple[type[BaseException], ...] = ()) -> Handler:
         """``fn`` is given the context if it requires a second positional argument."""
         return cls(fn, batch, inspect.iscoroutinefunction(fn), positional_args(fn, 2) >= 2,
-                   inline)
+                   inline, retry_on)
+
+    def failed(self, e: BaseException) -> dict[str, Any]:
+        """The result body of a task this handler failed with ``e``."""
+        return error_body(e, retry=bool(self.retry_on) and isinstance(e, self.retry_on))
 
 
-def error_body(e: BaseException) -> dict[str, Any]:
-    """The result body of a task whose handler raised ``e``."""
-    return {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}}
+# A failed result carries the last frames of its traceback, each string cut short, so
+# one deep recursion cannot make a result of megabytes.
+TRACEBACK_FRAMES = 20
+_FIELD_MAX = 300
+MESSAGE_MAX = 2000
 
 
-__all__ = ["Asks", "Handler", "TaskContext", "error_body", "positional_args"]
+def _cut(s: str, most: int) -> str:
+    return s if len(s) <= most else s[:most - 1] + "…"
+
+
+# The frames of meshant's own that called the handler (the forager's worker, a tracing
+# wrapper) say nothing about where it failed.
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def frames(e: BaseException, most: int = TRACEBACK_FRAMES) -> list[dict[str, Any]]:
+    """The last ``most`` frames of where ``e`` was raised, innermost last, from the
+    handler's own on (meshant's frames that called it left out): each a map of ``file``,
+    ``line``, ``function`` and ``source`` (the line's text)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    first = 0
+    while first < len(tb) - 1 and tb[first].filename.startswith(_OURS):
+        first += 1
+    return [{"file": _cut(f.filename, _FIELD_MAX), "line": f.lineno or 0,
+             "function": _cut(f.name, _FIELD_MAX), "source": _cut(f.line or "", _FIELD_MAX)}
+            for f in tb[max(first, len(tb) - most):]]
+
+
+def error_body(e: BaseException, *, retry: bool = False) -> dict[str, Any]:
+    """The result body of a task whose handler raised ``e``: its type, message and a
+    bounded traceback; ``retry``: ask the queen to try the task again (the handler
+    opted in for this exception)."""
+    err: dict[str, Any] = {"type": type(e).__name__, "message": _cut(str(e), MESSAGE_MAX)}
+    tb = frames(e)
+    if tb:
+        err["traceback"] = tb
+    if retry:
+        err["retry"] = True
+    return {"status": "error", "error": err}
+
+
+__all__ = ["Asks", "Handler", "TaskContext", "error_body", "frames", "positional_args"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from meshant.errors import MeshantError
+from meshant.errors import MeshantError, format_frames
 
 if TYPE_CHECKING:
     from meshant.actors.client import Client
@@ -169,3 +169,15 @@ def jsonable(v: Any) -> Any:
 def echo_flush(text: str) -> None:
     click.echo(text)
     sys.stdout.flush()
+
+
+def error_text(err: dict[str, Any]) -> str:
+    """A failed task's ``error`` map as a person reads it: ``[code] Type: message``, then
+    the handler's traceback (where it was raised, innermost last) when there is one."""
+    line = (f"[{err.get('code', 'error')}] "
+            f"{str(err['type']) + ': ' if err.get('type') else ''}{err.get('message', '')}")
+    tb = format_frames(err.get("traceback"))
+    if tb:
+        where = f" on {err['forager']}" if err.get("forager") else ""
+        line += f"\nTraceback{where} (most recent call last):\n" + "\n".join(tb)
+    return line

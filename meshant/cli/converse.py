@@ -16,6 +16,7 @@ from meshant.cli._options import (
     Connection,
     client_options,
     echo_flush,
+    error_text,
     jsonable,
     parse_json,
 )
@@ -78,14 +79,15 @@ def watch(conn: Connection, task_id: str, after: int, timeout: float | None,
                        f"meshant watch {task_id} --after {att.last_seq} resumes)", err=True)
             sys.exit(2)
         except MeshantError as e:
-            out = {"task": task_id, "state": "failed", "error": {"code": e.code,
-                                                                   "message": e.message}}
+            out = {"task": task_id, "state": "failed", "error": {
+                "code": e.code, "type": getattr(e, "remote_type", ""), "message": e.message,
+                **({"traceback": e.detail["traceback"]} if e.detail.get("traceback") else {})}}
     if as_json:
         click.echo(json.dumps(out))
     elif out["state"] == "completed":
         click.echo(f"[completed] {json.dumps(out['result'])}")
     else:
-        click.echo(f"[failed] [{out['error']['code']}] {out['error']['message']}", err=True)
+        click.echo(f"[failed] {error_text(out['error'])}", err=True)
     if out["state"] != "completed":
         sys.exit(1)
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable
+from meshant.cli._options import JSON_OPT, Connection, client_options, error_text, jsonable
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
@@ -148,6 +148,9 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
             click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} "
                        f"{_why(e['state'], e['why'] or '')}")
+        err = (t["final"] or {}).get("error") if isinstance(t["final"], dict) else None
+        if t["state"] in ("failed", "cancelled") and isinstance(err, dict):
+            click.echo(error_text(err))
         if verify:
             click.echo("  history intact" if not problems else "\n".join(
                 f"  TAMPERED: {x}" for x in problems))

@@ -12,7 +12,14 @@ from typing import Any
 import click
 
 from meshant import protocol as p
-from meshant.cli._options import JSON_OPT, Connection, client_options, jsonable, labels
+from meshant.cli._options import (
+    JSON_OPT,
+    Connection,
+    client_options,
+    error_text,
+    jsonable,
+    labels,
+)
 from meshant.errors import MeshantError
 
 
@@ -67,6 +74,8 @@ def _outcome(fut: Any, t0: float) -> dict[str, Any]:
         rec = {"id": fut.task_id, "state": "cancelled" if e.code == "cancelled" else "failed",
                "error": {"code": e.code, "type": getattr(e, "remote_type", ""),
                          "message": e.message}}
+        rec["error"].update({k: e.detail[k] for k in ("forager", "attempts", "cause",
+                                                        "traceback") if k in e.detail})
     rec["seconds"] = round(time.monotonic() - t0, 6)
     return rec
 
@@ -137,6 +146,9 @@ def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> N
 @click.option("--key", help="Idempotency key: the same key never runs the task twice.")
 @click.option("--retry-base", type=click.FloatRange(0), help="This task's retry backoff base, "
               "seconds.")
+@click.option("--retry-on", "retry_on", multiple=True, metavar="TYPE",
+              help="Retry the task when its handler raises this exception type (repeatable; "
+                   "'*': any). By default a handler's exception fails the task at once.")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
@@ -146,8 +158,8 @@ def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> N
 def submit(conn: Connection, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            label_values: tuple[str, ...], wait: float | None, key: str | None,
-           retry_base: float | None, count: int, stream: bool, keep_running: bool,
-           as_json: bool) -> None:
+           retry_base: float | None, retry_on: tuple[str, ...], count: int, stream: bool,
+           keep_running: bool, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
     a string payload is JSON too: '"hello"'.
 
@@ -159,7 +171,8 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
     want = labels(label_values)
     kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
                           "labels": want, "max_attempts": max_attempts,
-                          "wait": wait, "key": key, "retry_base": retry_base}
+                          "wait": wait, "key": key, "retry_base": retry_base,
+                          "retry_on": list(retry_on) or None}
     failed = 0
     with conn.client() as client:
         started = time.monotonic()
@@ -208,9 +221,7 @@ def _collect(client: Any, futures: list[tuple[Any, float]], capability: str, str
                     click.echo(line)
             else:
                 err = rec["error"]
-                click.echo(f"task {fut.task_id} {rec['state']}: [{err['code']}] "
-                           f"{err['type'] + ': ' if err['type'] else ''}"
-                           f"{err['message']}", err=True)
+                click.echo(f"task {fut.task_id} {rec['state']}: {error_text(err)}", err=True)
             bar.update(1)
     for line in held:
         click.echo(line)

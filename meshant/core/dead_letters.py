@@ -41,7 +41,7 @@ class DeadLetters:
                    client=client, client_name=client_name, priority=old.priority,
                    timeout=old.timeout, to=old.to, labels=dict(old.labels),
                    max_attempts=old.max_attempts, wait=old.wait,
-                   retry_base=old.retry_base, retry_cap=old.retry_cap)
+                   retry_base=old.retry_base, retry_cap=old.retry_cap, retry_on=old.retry_on)
         return old, new
 
     def __len__(self) -> int:

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meshant.core.tasks import retry_on_problem
 from meshant.protocol.codes import Code
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}\Z")
 NODE_PREFIX = "tg:"  # a graph node's task id is "tg:<graph id>/<node name>" (IACP 1.1)
-OPTIONS = ("priority", "timeout", "labels", "to", "max_attempts", "wait")
+OPTIONS = ("priority", "timeout", "labels", "to", "max_attempts", "wait", "retry_on")
 _KEYS = frozenset(("name", "capability", "payload", "after", "after_spawned", *OPTIONS))
 _REFS = ("$result", "$results", "$spawned")
 
@@ -183,6 +184,8 @@ def _check_options(name: str, o: dict[str, Any]) -> None:
         raise bad("labels must be a map")
     if "to" in o and not isinstance(o["to"], str):
         raise bad("to must be a forager name")
+    if "retry_on" in o and retry_on_problem(o["retry_on"]) is not None:
+        raise bad(str(retry_on_problem(o["retry_on"])))
 
 
 def find_cycle(waits: Mapping[str, Iterable[str]]) -> list[str] | None:

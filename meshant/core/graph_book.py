@@ -239,6 +239,7 @@ class GraphBook:
                     client_name=g.client_name, priority=o.get("priority", 50),
                     timeout=o.get("timeout"), to=o.get("to"), labels=dict(o.get("labels") or {}),
                     max_attempts=o.get("max_attempts", 3),
+                    retry_on=tuple(o["retry_on"]) if o.get("retry_on") else None,
                     wait=o.get("wait", sched.default_wait))
         try:
             sched.submit(task, now)
@@ -439,7 +440,8 @@ class GraphBook:
                 spec = NodeSpec(d["name"], d["capability"], d.get("payload"),
                                 tuple(d.get("after") or ()), tuple(d.get("after_spawned") or ()),
                                 {k: d[k] for k in ("priority", "timeout", "labels", "to",
-                                                   "max_attempts", "wait") if k in d})
+                                                   "max_attempts", "wait", "retry_on")
+                                 if k in d})
                 n = GNode(spec, nr["seq"], nr.get("parent"), journaled=True,
                           state=nr["state"], result=nr.get("result"), error=nr.get("error"))
                 g.nodes[spec.name] = n

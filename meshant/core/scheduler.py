@@ -38,6 +38,7 @@ from meshant.core.tasks import (
     TRANSITIONS,
     Attempt,
     Task,
+    retries,
     slim,
 )
 from meshant.core.timers import TaskTimers
@@ -59,7 +60,8 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
                 attempt=r["attempt"], tries=r["tries"], restored=True,
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
-                retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")))
+                retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
+                retry_on=tuple(r.get("retry_on") or ()) or None)
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -392,12 +394,15 @@ class Scheduler:
             self.breakers.outcome(att.node.name, task.capability, False, now)
         task.tries += 1
         task.add_reason(f"{att.node.name}: {etype}: {emsg}")
-        if task.tries >= task.max_attempts:
+        if task.tries >= task.max_attempts or not retries(task, err):
             self._abandon(task, now, cancel=False)
-            self._finish(task, FAILED, now, {"error": {
-                "code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
-                "forager": att.node.name, "cause": Code.HANDLER_ERROR,
-                "attempts": task.attempt}})
+            error = {"code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
+                     "forager": att.node.name, "cause": Code.HANDLER_ERROR,
+                     "attempts": task.attempt, "reasons": task.reasons or []}
+            tb = err.get("traceback")
+            if isinstance(tb, list):
+                error["traceback"] = tb
+            self._finish(task, FAILED, now, {"error": error})
             self._dead_letter(task)
         else:
             self._retry_later(task, now, f"{etype} on {att.node.name}")

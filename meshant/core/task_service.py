@@ -19,6 +19,7 @@ from meshant.core.journal_defer import Deferral
 from meshant.core.queen_state import QueenState, Request
 from meshant.core.reads import MISSING, Reads
 from meshant.core.scheduler import Attempt, QueueFull, Scheduler, Task, revive
+from meshant.core.tasks import retry_on_problem
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
@@ -102,6 +103,12 @@ class TaskService:
         if (timeout is not None and timeout <= 0) or wait < 0:
             st.refuse(req, Code.BAD_VALUE, "timeout must be > 0 and wait >= 0")
             return
+        retry_on = body.get("retry_on")
+        if retry_on is not None:
+            problem = retry_on_problem(retry_on)
+            if problem is not None:
+                st.refuse(req, Code.BAD_VALUE, problem)
+                return
         key = body.get("key")
         if key is not None:
             if not isinstance(key, str) or not 0 < len(key) <= 200:
@@ -118,6 +125,7 @@ class TaskService:
                     timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
                     max_attempts=max_attempts, wait=wait, key=key,
                     retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"),
+                    retry_on=tuple(retry_on) if retry_on else None,
                     defer=(key is None and req.codec == BINARY and node.role == "client"
                            and not body.get("ack")))
         try:

@@ -76,6 +76,9 @@ class Task:
     dead: bool = False  # in the dead-letter queue
     retry_base: float | None = None  # this task's backoff, else the queen's
     retry_cap: float | None = None
+    # Exception types (names) whose handler failures are retried ("*": any); else a
+    # handler's exception fails the task at once, unless the handler said to retry.
+    retry_on: tuple[str, ...] | None = None
     # Its first journal write may wait (core/journal_defer.py): an IACP/2 client's
     # submission without ack or key, which that client re-sends after a queen restart.
     defer: bool = False
@@ -115,6 +118,30 @@ class Attempt:
     number: int
     lease: float
     live: bool = True
+
+
+RETRY_ON_MAX = 20  # exception types a submission may name, at most
+
+
+def retry_on_problem(value: Any) -> str | None:
+    """What is wrong with a ``retry_on`` (a list of exception type names, or ``["*"]``),
+    or None."""
+    if not isinstance(value, list) or len(value) > RETRY_ON_MAX or not all(
+            isinstance(v, str) and 0 < len(v) <= 100 for v in value):
+        return (f"retry_on is a list of at most {RETRY_ON_MAX} exception type names "
+                "(\"*\": any)")
+    return None
+
+
+def retries(task: Task, error: dict[str, Any]) -> bool:
+    """Whether a handler's failure is tried again (while attempts are left): when the
+    handler said so (``error.retry``), or its exception's type is one the submission
+    named in ``retry_on``. Otherwise it fails the task at once (as Ray's
+    ``retry_exceptions=False`` and Celery without ``autoretry_for``)."""
+    if error.get("retry") is True:
+        return True
+    on = task.retry_on
+    return bool(on) and ("*" in on or str(error.get("type")) in on)  # type: ignore[operator]
 
 
 def slim(task: Task) -> None:

@@ -56,7 +56,7 @@ KINDS: tuple[Kind, ...] = (
          (_f("capability", str, True), _f("payload", _ANY), _f("priority", int),
           _f("timeout", _NUM), _f("to", str), _f("labels", dict), _f("max_attempts", int),
           _f("wait", _NUM), _f("ack", bool), _f("key", str), _f("retry_base", _NUM),
-          _f("retry_cap", _NUM))),
+          _f("retry_cap", _NUM), _f("retry_on", list))),
     Kind("task.submitted", 11, "queen acknowledges a submission",
          (_f("task", str, True), _f("original", str))),
     Kind("task.assign", 12, "queen assigns a task graph node to a forager",

@@ -29,6 +29,8 @@ class Submission:
     priority: int = 50
     key: str | None = None
     cancelled: bool = False
+    max_attempts: int = 3
+    retry_on: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -86,6 +88,27 @@ class Ledger:
         if len(got) > 1:
             self.fail("one-outcome", f"task {task} was given {len(got)} final outcomes: "
                       f"{[b.get('state', b.get('code')) for b in got]}")
+        self._handler_failure(task, body)
+
+    def _handler_failure(self, task: str, body: dict[str, Any]) -> None:
+        """A handler's exception fails its task at once unless the handler or the
+        submission opted in for retrying it; then the task fails only once its attempts
+        are used up."""
+        sub = self.submissions.get(task)
+        err = body.get("error")
+        if (sub is None or sub.key is not None or body.get("state") != "failed"
+                or not isinstance(err, dict) or err.get("code") != "handler-error"):
+            return
+        payload = sub.payload if isinstance(sub.payload, dict) else {}
+        opted = bool(payload.get("retry")) or "*" in sub.retry_on or "SimError" in sub.retry_on
+        failures = [r for r in err.get("reasons") or [] if "SimError" in r]
+        if not opted and len(failures) > 1:
+            self.fail("fail-fast", f"task {task}'s handler failed {len(failures)} times "
+                      f"though nobody asked for a retry: {failures}")
+        if opted and int(err.get("attempts", 0)) < sub.max_attempts:
+            self.fail("retry-opt-in", f"task {task} failed after attempt "
+                      f"{err.get('attempts')} of {sub.max_attempts} though its failure "
+                      "was one to retry")
 
 
 __all__ = ["Kept", "Ledger", "Run", "Submission", "Violation"]

@@ -125,7 +125,13 @@ class SimPeer:
     def _receive(self, conn: Conn, frames: list[bytes]) -> None:
         if conn is not self.conn:
             return  # an old connection's
-        msg = p.binary.decode(frames)
+        try:
+            msg = p.binary.decode(frames)
+        except p.ProtocolError as e:
+            # As a real peer does (actors/_peer.py): the queen answers garbage that looks
+            # like an IACP 1.1 envelope (a first byte "{") in that codec.
+            self.log(f"{self.name}: bad message from the queen: {e}")
+            return
         self.sess.heard(self.clock.now)
         if msg.kind == "welcome":
             if msg.ref == self.sess.hello_id:
@@ -553,6 +559,8 @@ class SimForager(SimPeer):
         if payload.get("fail"):
             body: dict[str, Any] = {"status": "error", "error": {"type": "SimError",
                                                                  "message": "told to fail"}}
+            if payload.get("retry"):  # the handler's own retry_on
+                body["error"]["retry"] = True
         else:
             body = {"status": "ok", "result": {"run": h.uid, "task": h.start.task_id,
                                                "attempt": h.start.attempt,
@@ -580,9 +588,10 @@ class SimClient(SimPeer):
     def submit(self, capability: str, payload: Any, **options: Any) -> str:
         body = {"capability": capability, "payload": payload, **options}
         msg = p.Message("task.submit", body, frm=self.name, to="queen", ts=self.clock.now)
-        self.ledger.submissions[msg.id] = Submission(msg.id, self.name, capability, payload,
-                                                     options.get("priority", 50),
-                                                     options.get("key"))
+        self.ledger.submissions[msg.id] = Submission(
+            msg.id, self.name, capability, payload, options.get("priority", 50),
+            options.get("key"), max_attempts=options.get("max_attempts", 3),
+            retry_on=tuple(options.get("retry_on") or ()))
         self.log(f"{self.name} submits {msg.id} ({capability} {payload})")
         self.cs.submit(msg.id, p.binary.encode(msg), self.clock.now)
         self.pump()

@@ -187,11 +187,15 @@ class Colony:
             payload: dict[str, Any] = {"n": i, "partials": rng.choice([0, 0, 1, 3])}
             if asks and rng.random() < 0.3:
                 payload["ask"] = True
+            options: dict[str, Any] = {}
             if rng.random() < 0.1:
                 payload["fail"] = True
+                if rng.random() < 0.3:
+                    payload["retry"] = True  # the handler opts in
+                elif rng.random() < 0.3:  # the submission does, or names another type
+                    options["retry_on"] = [rng.choice(["SimError", "*", "OtherError"])]
             if rng.random() < 0.15:
                 payload["seconds"] = rng.uniform(0.5, 6.0)
-            options: dict[str, Any] = {}
             if rng.random() < 0.5:
                 options["priority"] = rng.choice([0, 10, 50, 90])
             if rng.random() < 0.15:

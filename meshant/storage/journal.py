@@ -21,6 +21,7 @@ from meshant.errors import JournalError
 from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
+    ADDED,
     EVENT,
     INSERT,
     MEM_DEL,
@@ -82,7 +83,8 @@ CREATE TABLE tasks (
     idem_key TEXT,
     dead INTEGER NOT NULL DEFAULT 0,
     retry_base REAL,
-    retry_cap REAL
+    retry_cap REAL,
+    retry_on BLOB
 );
 CREATE INDEX tasks_key ON tasks (idem_key) WHERE idem_key IS NOT NULL;
 CREATE INDEX tasks_open ON tasks (created) WHERE final IS NULL OR dead != 0;
@@ -169,6 +171,7 @@ class Journal(JournalReader):
                 self._create()
             if not readonly:
                 self._partial_indexes()
+                self._added_columns()
             if not readonly:  # conversations' tables (storage.conversation), if missing
                 conversation.create(self.db.execute)
             if not readonly:
@@ -297,6 +300,14 @@ class Journal(JournalReader):
             raise JournalError(f"{self.path} is in use by another queen (one queen per "
                                "journal)") from None
         self._lock_fd = fd
+
+    def _added_columns(self) -> None:
+        """Columns added since a journal was made (``records.ADDED``): in place, nullable,
+        with no schema version of their own, so an older meshant still opens it."""
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(tasks)")}
+        for col, kind in ADDED.items():
+            if col not in have:
+                self.db.execute(f"ALTER TABLE tasks ADD COLUMN {col} {kind}")
 
     def _partial_indexes(self) -> None:
         """Indexes a task finished in its first write never enters, so each commit writes
@@ -463,10 +474,16 @@ class Journal(JournalReader):
 
     @property
     def _select(self) -> str:
-        if self._version >= 2:
-            return SELECT
-        # A version-1 journal opened read-only (not migrated): no retry policy columns.
-        return SELECT.replace("retry_base, retry_cap", "NULL, NULL")
+        select = SELECT
+        if self._version < 2:
+            # A version-1 journal opened read-only (not migrated): no retry policy columns.
+            select = select.replace("retry_base, retry_cap", "NULL, NULL")
+        if self.readonly:
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(tasks)")}
+            for col in ADDED:
+                if col not in have:
+                    select = select.replace(f", {col} ", ", NULL ")
+        return select
 
     def memory(self) -> list[tuple[str, Any, float | None, int]]:
         if self._version < 3:

@@ -22,6 +22,7 @@ from meshant.errors import Deposed, JournalError
 from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
+    ADDED,
     EVENT,
     INSERT,
     MEM_DEL,
@@ -64,7 +65,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     idem_key TEXT,
     dead INTEGER NOT NULL DEFAULT 0,
     retry_base DOUBLE PRECISION,
-    retry_cap DOUBLE PRECISION
+    retry_cap DOUBLE PRECISION,
+    retry_on BYTEA
 );
 CREATE INDEX IF NOT EXISTS tasks_key ON tasks (idem_key);
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks (state);
@@ -227,6 +229,12 @@ class PgJournal(JournalReader):
             with db.transaction():  # under the schema lock: two queens may start at once
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 conversation.create(lambda sql: db.execute(translate(sql)))
+        if not self.readonly:
+            with db.transaction():  # columns added since (records.ADDED): in place
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                for col, kind in ADDED.items():
+                    db.execute(translate(f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {col} "
+                                         f"{kind}"))
         if not self.readonly:
             with db.transaction():  # task graphs' tables: additive, idempotent
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))

@@ -36,7 +36,7 @@ class JournalReader:
     @staticmethod
     def _row(r: tuple[Any, ...]) -> dict[str, Any]:
         d = dict(zip(COLS, r, strict=True))
-        for k in ("payload", "labels", "final"):
+        for k in ("payload", "labels", "final", "retry_on"):
             d[k] = unpack(d[k])
         return d
 

@@ -23,7 +23,10 @@ _BLOB_EXT = 2
 # The task row, in column order (both backends, every query).
 COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
-        "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap")
+        "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap",
+        "retry_on")
+# Columns a journal may lack (added in place since; read as NULL from one opened read-only).
+ADDED = {"retry_on": "BLOB"}
 SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
 # An upsert both SQLite (3.24+) and PostgreSQL read the same way.
 INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
@@ -102,7 +105,8 @@ class TaskLog:
                                   t.priority, t.timeout, t.to, pack(t.labels), t.max_attempts,
                                   t.wait, t.state, t.attempt, t.tries, forager,
                                   t.submitted + to_wall, now, final, t.key, int(t.dead),
-                                  t.retry_base, t.retry_cap))
+                                  t.retry_base, t.retry_cap,
+                                  pack(list(t.retry_on)) if t.retry_on else None))
                 if t.final is not None and not t.dead:
                     t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:
