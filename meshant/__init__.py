@@ -3,7 +3,8 @@
 from meshant._version import __version__
 from meshant.actors.async_client import AsyncClient
 from meshant.actors.attach import Attachment
-from meshant.actors.client import Client
+from meshant.actors.capability import Capability
+from meshant.actors.client import Client, SubmitOptions
 from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.actors.forager import Forager
 from meshant.actors.futures import TaskFuture, Update
@@ -35,6 +36,7 @@ __all__ = [
     "AsyncClient",
     "Attachment",
     "Blob",
+    "Capability",
     "Client",
     "ClientConfig",
     "ConfigError",
@@ -56,6 +58,7 @@ __all__ = [
     "QueueFull",
     "RateLimited",
     "Refused",
+    "SubmitOptions",
     "TaskCancelled",
     "TaskContext",
     "TaskFailed",

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
 from meshant.actors.attach import Attachment
-from meshant.actors.client import Client
+from meshant.actors.capability import Capability
+from meshant.actors.client import Client, SubmitOptions
 from meshant.actors.graphs import GraphHandle
 from meshant.errors import MeshantError
 from meshant.protocol.codes import Code
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -40,13 +45,32 @@ class AsyncClient:
             raise MeshantError("call 'await connect()' first", code=Code.CLOSED)
         return self.client
 
-    async def submit(self, capability: str, payload: Any = None, **kw: Any) -> Any:
-        """Submit and await the result."""
-        return await asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+    @overload
+    async def submit(self, capability: Capability[Concatenate[T, P], R], payload: T,
+                     **options: Unpack[SubmitOptions]) -> R: ...
 
-    def submit_nowait(self, capability: str, payload: Any = None, **kw: Any) -> asyncio.Future[Any]:
+    @overload
+    async def submit(self, capability: str, payload: Any = None,
+                     **options: Unpack[SubmitOptions]) -> Any: ...
+
+    async def submit(self, capability: str | Capability[Any, Any], payload: Any = None,
+                     **options: Unpack[SubmitOptions]) -> Any:
+        """Submit and await the result (``capability``: a name, or a handler decorated
+        with ``@forager.task``, whose result type it returns)."""
+        return await asyncio.wrap_future(self._c().submit(capability, payload, **options))
+
+    @overload
+    def submit_nowait(self, capability: Capability[Concatenate[T, P], R], payload: T,
+                      **options: Unpack[SubmitOptions]) -> asyncio.Future[R]: ...
+
+    @overload
+    def submit_nowait(self, capability: str, payload: Any = None,
+                      **options: Unpack[SubmitOptions]) -> asyncio.Future[Any]: ...
+
+    def submit_nowait(self, capability: str | Capability[Any, Any], payload: Any = None,
+                      **options: Unpack[SubmitOptions]) -> asyncio.Future[Any]:
         """Submit and return an asyncio future at once."""
-        return asyncio.wrap_future(self._c().submit(capability, payload, **kw))
+        return asyncio.wrap_future(self._c().submit(capability, payload, **options))
 
     async def submit_graph(self, graph: Any, *, updates: bool = False) -> dict[str, Any]:
         """Submit a task graph and await its node results (GraphFailed if it fails)."""

@@ -33,7 +33,7 @@ def update_of(kind: str, b: dict[str, Any]) -> Update | None:
     return None
 
 
-def apply(fut: TaskFuture, kind: str, b: dict[str, Any]) -> Update | None:
+def apply(fut: TaskFuture[Any], kind: str, b: dict[str, Any]) -> Update | None:
     """Give ``fut`` one message of its task (the caller dropped repeats); returns the
     Update it made, if any. After the final result the future is done and its updates
     end."""
@@ -52,7 +52,7 @@ def apply(fut: TaskFuture, kind: str, b: dict[str, Any]) -> Update | None:
     return None
 
 
-def feed(fut: TaskFuture, kind: str, b: dict[str, Any]) -> Update | None:
+def feed(fut: TaskFuture[Any], kind: str, b: dict[str, Any]) -> Update | None:
     """:func:`apply`, dropping repeats (a sequence number seen already): what an
     attachment sees, updates in sequence order, each once, then the result."""
     seq = b.get("seq", 0)
@@ -62,7 +62,7 @@ def feed(fut: TaskFuture, kind: str, b: dict[str, Any]) -> Update | None:
     return apply(fut, kind, b)
 
 
-class Attachment(TaskFuture):
+class Attachment(TaskFuture[Any]):
     """A task followed from a cursor (``Client.attach``): ``updates()`` yields what came
     after it, then ends; ``result()`` is the task's result (or raises its error).
     ``first`` is the task's state when attached, ``last`` the newest sequence number."""

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import zmq
 
@@ -28,6 +28,7 @@ from meshant import protocol as p
 from meshant.actors._boundary import translated
 from meshant.actors._peer import Item, Peer
 from meshant.actors.attach import Attachment, apply, feed
+from meshant.actors.capability import Capability, capability_name
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
@@ -45,7 +46,27 @@ from meshant.errors import (
 from meshant.observe import tracing
 from meshant.protocol.codes import Code
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
 log = logging.getLogger("meshant.client")
+
+
+class SubmitOptions(TypedDict, total=False):
+    """The options of :meth:`Client.submit` (and ``run``, ``map``), as keyword arguments."""
+
+    priority: int
+    timeout: float | None
+    to: str | None
+    labels: dict[str, Any] | None
+    max_attempts: int | None
+    wait: float | None
+    ack: bool
+    key: str | None
+    retry_base: float | None
+    retry_cap: float | None
+    retry_on: Iterable[str | type[BaseException]] | bool | None
 
 
 def _retry_names(retry_on: Iterable[str | type[BaseException]] | bool) -> list[str]:
@@ -104,7 +125,7 @@ class Client(Peer):
         self.max_pending_bytes = c.max_pending_bytes
         self._cs = ClientSession(queen_wait=c.queen_wait, submit_timeout=c.submit_timeout,
                                  retry_queue_full=c.retry_queue_full)
-        self._tasks: dict[str, TaskFuture] = {}
+        self._tasks: dict[str, TaskFuture[Any]] = {}
         self._requests: dict[str, Future[Any]] = {}
         self._graphs = ClientGraphs()
         self._attached: dict[str, list[Attachment]] = {}
@@ -275,7 +296,7 @@ class Client(Peer):
                         f"({why}); whether it received or ran the task is unknown",
                         code=Code.QUEEN_LOST))
 
-    def _end(self, fut: TaskFuture) -> None:
+    def _end(self, fut: TaskFuture[Any]) -> None:
         """The task is over for this client: forget it and its kept submission."""
         if self._tasks.pop(fut.task_id, None) is not None:
             with self._pending_lock:
@@ -290,7 +311,7 @@ class Client(Peer):
             fail(rf, err)
         self._graphs.fail_all(err)
 
-    def _callback(self, fut: TaskFuture, u: Update) -> None:
+    def _callback(self, fut: TaskFuture[Any], u: Update) -> None:
         """Call the user's on_progress; its exception is logged and reported on the task's
         updates, and never reaches (or stops) the I/O thread."""
         assert self.on_update is not None
@@ -304,10 +325,18 @@ class Client(Peer):
 
     # -- tasks ----------------------------------------------------------------------------
 
+    @overload
+    def submit(self, capability: Capability[Concatenate[T, P], R], payload: T,
+               **options: Unpack[SubmitOptions]) -> TaskFuture[R]: ...
+
+    @overload
+    def submit(self, capability: str, payload: Any = None,
+               **options: Unpack[SubmitOptions]) -> TaskFuture[Any]: ...
+
     @translated("the client")
     def submit(
         self,
-        capability: str,
+        capability: str | Capability[Any, Any],
         payload: Any = None,
         *,
         priority: int = 50,
@@ -321,8 +350,10 @@ class Client(Peer):
         retry_base: float | None = None,
         retry_cap: float | None = None,
         retry_on: Iterable[str | type[BaseException]] | bool | None = None,
-    ) -> TaskFuture:
+    ) -> TaskFuture[Any]:
         """Submit a task; the future resolves to its result or raises a MeshantError.
+        ``capability``: its name, or a handler decorated with ``@forager.task`` (then
+        the payload and result have the handler's types).
 
         ``priority`` 0-99 (lower first); ``timeout`` the run-time limit in seconds;
         ``to`` a forager name; ``labels`` the forager labels required; ``wait`` how long
@@ -347,6 +378,7 @@ class Client(Peer):
             self._check_owner()
         if not 0 <= priority <= 99:
             raise BadInput("priority must be between 0 and 99")
+        capability = capability_name(capability)
         body: dict[str, Any] = {"capability": capability, "payload": p.wrap_blob(payload)}
         if priority != 50:
             body["priority"] = priority
@@ -382,7 +414,7 @@ class Client(Peer):
                 raise TooLarge(f"cannot submit {capability!r}: {e.message}") from None
             raise p.LocalProtocolError(e.code, f"cannot submit {capability!r}: "
                                        f"{e.message}") from None
-        fut = TaskFuture(msg.id, self.pump)
+        fut: TaskFuture[Any] = TaskFuture(msg.id, self.pump)
         fut._size = size = sum(len(f) for f in frames)
         with self._pending_lock:
             if self._pending_bytes + size > self.max_pending_bytes and self._tasks:
@@ -397,14 +429,33 @@ class Client(Peer):
             self._flush(time.monotonic())
         return fut
 
-    def map(self, capability: str, payloads: Iterable[Any], **kw: Any) -> list[TaskFuture]:
-        """Submit one task per payload; returns their futures in order."""
-        return [self.submit(capability, pl, **kw) for pl in payloads]
+    @overload
+    def map(self, capability: Capability[Concatenate[T, P], R], payloads: Iterable[T],
+            **options: Unpack[SubmitOptions]) -> list[TaskFuture[R]]: ...
 
-    def run(self, capability: str, payload: Any = None, *, result_timeout: float | None = None,
-            **kw: Any) -> Any:
-        """Submit and wait for the result."""
-        return self.submit(capability, payload, **kw).result(result_timeout)
+    @overload
+    def map(self, capability: str, payloads: Iterable[Any],
+            **options: Unpack[SubmitOptions]) -> list[TaskFuture[Any]]: ...
+
+    def map(self, capability: str | Capability[Any, Any], payloads: Iterable[Any],
+            **options: Unpack[SubmitOptions]) -> list[TaskFuture[Any]]:
+        """Submit one task per payload; returns their futures in order."""
+        return [self.submit(capability, pl, **options)
+                for pl in payloads]
+
+    @overload
+    def run(self, capability: Capability[Concatenate[T, P], R], payload: T, *,
+            result_timeout: float | None = None, **options: Unpack[SubmitOptions]) -> R: ...
+
+    @overload
+    def run(self, capability: str, payload: Any = None, *,
+            result_timeout: float | None = None, **options: Unpack[SubmitOptions]) -> Any: ...
+
+    def run(self, capability: str | Capability[Any, Any], payload: Any = None, *,
+            result_timeout: float | None = None, **options: Unpack[SubmitOptions]) -> Any:
+        """Submit and wait for the result (at most ``result_timeout`` seconds)."""
+        return self.submit(capability, payload,
+                           **options).result(result_timeout)
 
     def cancel(self, task_id: str) -> None:
         """Cancel a task: at once if queued, best effort if running."""

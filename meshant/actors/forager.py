@@ -18,13 +18,14 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import zmq
 
 from meshant import protocol as p
 from meshant.actors._boundary import translated
 from meshant.actors._peer import Peer
+from meshant.actors.capability import BatchRegister, Register
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, positional_args
@@ -81,8 +82,11 @@ class Forager(Peer):
         self.running: dict[str, TaskContext] = {}
         self._fs: ForagerSession | None = None
         self._pool: Workers | None = None
+        # Where async def handlers run: the caller's loop under run_async, else a loop
+        # of our own in a thread, made on the first async task.
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
+        self._stop_watchers: list[Callable[[], None]] = []
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
         self._message_callbacks: list[Callable[[p.Message], Any]] = []
         self._handlers.update({
@@ -116,9 +120,19 @@ class Forager(Peer):
 
     # -- registering handlers -------------------------------------------------------------
 
+    @overload
+    def task(self, capability: str, *, batch: None = None, inline: bool = False,
+             retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             ) -> Register: ...
+
+    @overload
+    def task(self, capability: str, *, batch: int, inline: bool = False,
+             retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             ) -> BatchRegister: ...
+
     def task(self, capability: str, *, batch: int | None = None, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
-             ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+             ) -> Register | BatchRegister:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
         The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``: a parameter
@@ -133,11 +147,14 @@ class Forager(Peer):
         asks the queen to try the task again, on any forager, when the handler raises one
         of those (while the task's attempts last). A lost forager or an expired lease is
         always retried.
+
+        The decorated name becomes a :class:`~meshant.Capability`: it still calls the
+        function, and a client submits by it (``client.run(crawl, url)``) with the
+        handler's payload and result types.
         """
-        def deco(fn: Callable[P, R]) -> Callable[P, R]:
+        def add(fn: Callable[..., Any]) -> None:
             self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on)
-            return fn
-        return deco
+        return Register(capability, add) if batch is None else BatchRegister(capability, add)
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
                     batch: int | None = None, inline: bool = False,
@@ -204,8 +221,8 @@ class Forager(Peer):
         if self._pool is not None:
             self._pool.shutdown()
         loop, t = self._aloop, self._aloop_thread
-        if loop is not None and t is not None:
-            self._aloop = self._aloop_thread = None
+        self._aloop = self._aloop_thread = None
+        if loop is not None and t is not None:  # our own loop (not run_async's caller's)
             loop.call_soon_threadsafe(loop.stop)
             t.join(timeout)
             if not t.is_alive():
@@ -251,13 +268,43 @@ class Forager(Peer):
                 signal.signal(signum, old)
 
     async def run_async(self) -> None:
-        """Serve from asyncio: ``await forager.run_async()``; cancel the awaiting task to stop."""
-        await asyncio.to_thread(self.start)
+        """Serve from asyncio: ``await forager.run_async()``; cancel the awaiting task to
+        stop (or call :meth:`stop`; a halt from the queen or a drain that ends stops it
+        too). ``async def`` handlers run on this event loop, beside your own tasks: keep
+        them from blocking it (``ctx.ask_async``, not ``ctx.ask``)."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def end() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        def stopped() -> None:  # (the I/O thread, as it ends)
+            try:
+                loop.call_soon_threadsafe(end)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+        self._stop_watchers.append(stopped)
+        self._aloop = loop
         try:
-            while not self._stopped.is_set():
-                await asyncio.sleep(0.1)
+            await asyncio.to_thread(self.start)
+            await ended
         finally:
+            self._stop_watchers.remove(stopped)
             await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> Forager:
+        """``with Forager(...) as f:`` serves in a background thread inside the block
+        (:meth:`start`) and stops at its end (:meth:`stop`)."""
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _teardown(self) -> None:
+        super()._teardown()
+        for fn in list(self._stop_watchers):
+            fn()
 
     @property
     def tools(self) -> list[str]:

@@ -7,7 +7,7 @@ import queue
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from meshant.errors import Timeout
 
@@ -27,8 +27,12 @@ class Update:
     request: str | None = None
 
 
-class TaskFuture(Future):  # type: ignore[type-arg]
-    """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates."""
+R = TypeVar("R")
+
+
+class TaskFuture(Future[R]):
+    """A ``concurrent.futures.Future`` for one task, with its id and its stream of updates.
+    ``R`` is its result's type when submitted by a :class:`~meshant.Capability`."""
 
     def __init__(self, task_id: str,
                  pump: Callable[[Callable[[], bool], float | None], None] | None = None) -> None:
@@ -40,7 +44,7 @@ class TaskFuture(Future):  # type: ignore[type-arg]
         self._pump = pump
         self._updates: queue.SimpleQueue[Update | None] = queue.SimpleQueue()
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> R:
         if self._pump is not None and not self.done():
             # A direct client: this thread reads the socket until the result is here.
             self._pump(self.done, timeout)

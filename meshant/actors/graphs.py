@@ -103,7 +103,7 @@ class GraphHandle:
         self.id = graph_id
         self._cancel = cancel
         self._pump = pump
-        self.nodes: dict[str, TaskFuture] = {n: TaskFuture(f"tg:{graph_id}/{n}", pump)
+        self.nodes: dict[str, TaskFuture[Any]] = {n: TaskFuture(f"tg:{graph_id}/{n}", pump)
                                              for n in names}
         self.submitted: Future[int] = Future()
         self.done: Future[dict[str, Any]] = Future()
@@ -131,7 +131,7 @@ class GraphHandle:
 
     # -- from the I/O thread ----------------------------------------------------------------
 
-    def _node(self, name: str) -> TaskFuture:
+    def _node(self, name: str) -> TaskFuture[Any]:
         fut = self.nodes.get(name)
         if fut is None:
             fut = self.nodes[name] = TaskFuture(f"tg:{self.id}/{name}", self._pump)

@@ -89,6 +89,8 @@ class TaskContext:
         try:
             return fut.result(timeout)
         except FutureTimeout:
+            if fut.done():
+                raise  # the question's own error (a refusal), not this wait's
             raise self._withdraw(request, timeout) from None
 
     async def ask_async(self, prompt: Any, *, timeout: float | None = None,
@@ -98,6 +100,8 @@ class TaskContext:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
         except TimeoutError:
+            if fut.done():
+                raise
             raise self._withdraw(request, timeout) from None
 
     def _ask(self, prompt: Any, timeout: float | None, data: Any) -> tuple[Future[Any], str]:
