@@ -22,6 +22,7 @@ from meshant import (
     TaskFailed,
 )
 from meshant.apps.builtin import BUILTINS
+from meshant.errors import BadInput
 
 from .conftest import Colony, wait_for
 
@@ -423,3 +424,21 @@ def test_direct_client_resends_after_the_queen_forgot_it(colony: Colony) -> None
     assert q.status()["clients"] == 0
     assert c.run("echo", 2, result_timeout=10) == 2  # refused, said hello again, resent
     assert c.status()["clients"] == 1
+
+
+def test_cancel_answers_with_what_the_task_became(colony: Colony) -> None:
+    colony.start_queen()
+    colony.forager({"sleep": BUILTINS["sleep"], "echo": BUILTINS["echo"]}, slots=1)
+    c = colony.client()
+    running = c.submit("sleep", {"seconds": 30})
+    wait_for(lambda: c.task_status(running.task_id)["state"] == "accepted", 10, "running")
+    assert c.cancel(running.task_id) == "cancelled"
+    with pytest.raises(TaskCancelled):
+        running.result(5)
+    done = c.submit("echo", 1)
+    assert done.result(10) == 1
+    assert c.cancel(done.task_id) == "completed"  # ended already: said, not an error
+    assert c.cancel(running.task_id) == "cancelled"
+    with pytest.raises(BadInput) as e:
+        c.cancel("no-such-task")
+    assert e.value.code == "unknown-task" and "no-such-task" in e.value.message

@@ -116,6 +116,7 @@ async def square_of(n: int) -> int:
 
 # -- 4: the decorated handler as the call site, typed ----------------------------------------
 
+@pytest.mark.slow
 def test_mypy_checks_a_module_shared_by_forager_and_client() -> None:
     ok = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
                          "tests/typed/shared.py", "tests/typed/use.py"],

@@ -16,7 +16,15 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from meshant import Client, Forager, MeshantError, Queen, QueenUnreachable, Refused
+from meshant import (
+    Client,
+    Forager,
+    Forbidden,
+    MeshantError,
+    Queen,
+    QueenUnreachable,
+    Refused,
+)
 from meshant.adapters.security import generate
 from meshant.apps.builtin import add_builtins
 from meshant.protocol import Message, binary
@@ -329,3 +337,22 @@ def test_fuzzing_a_live_queen_changes_nothing_for_good_peers(colony: Colony) -> 
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     assert grown_mb < 200
     assert client.run("echo", "still fine", result_timeout=10) == "still fine"
+
+
+def test_cancelling_another_clients_task_is_forbidden_and_changes_nothing(
+        secure: Any) -> None:
+    keys, q, ctx, owned = secure
+    f = Forager(q.endpoint, name="f1", curve_secret=keys.files["f1"][1],
+                queen_key=str(keys.queen_pub), context=ctx)
+    add_builtins(f)
+    owned.append(f.start())
+    c1, c2 = (Client(q.endpoint, name=n, curve_secret=keys.files[n][1],
+                     queen_key=str(keys.queen_pub), context=ctx) for n in ("c1", "c2"))
+    owned += [c1, c2]
+    fut = c1.submit("sleep", {"seconds": 30})
+    wait_for(lambda: c1.task_status(fut.task_id)["state"] == "accepted", 10, "running")
+    with pytest.raises(Forbidden) as e:
+        c2.cancel(fut.task_id)
+    assert e.value.code == "forbidden" and "task.cancel" in e.value.message
+    assert c1.task_status(fut.task_id)["state"] == "accepted"  # still running
+    assert c1.cancel(fut.task_id) == "cancelled"  # its submitter may

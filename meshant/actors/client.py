@@ -457,9 +457,18 @@ class Client(Peer):
         return self.submit(capability, payload,
                            **options).result(result_timeout)
 
-    def cancel(self, task_id: str) -> None:
-        """Cancel a task: at once if queued, best effort if running."""
-        self.send_message(p.Message("task.cancel", {"task": task_id}, to="queen"))
+    def cancel(self, task_id: str, *, wait: bool = True, timeout: float = 5.0) -> str | None:
+        """Cancel a task: at once if queued, best effort if running (its handler sees
+        ``ctx.is_cancelled``). Returns what the task became: ``"cancelled"``, or the final
+        state it had reached already. Raises :class:`~meshant.errors.Forbidden` for a task
+        this client's key may not cancel (with CURVE: another client's, without an admin
+        key), :class:`~meshant.errors.BadInput` (``unknown-task``) for no such task.
+        ``wait=False`` only sends the cancel (returns None; a refusal is logged)."""
+        if not wait:
+            self.send_message(p.Message("task.cancel", {"task": task_id}, to="queen"))
+            return None
+        st = self._request("task.cancel", {"task": task_id, "ack": True}, timeout)
+        return str(st["state"])
 
     # -- queries --------------------------------------------------------------------------
 

@@ -329,8 +329,12 @@ class TaskService:
         msg = req.msg
         task_id = msg.b.get("task") or msg.ref
         task = self.scheduler.tasks.get(task_id) if isinstance(task_id, str) else None
-        if task is None:
-            self.state.refuse(req, Code.UNKNOWN_TASK, f"no running task {task_id!r}")
+        ack = msg.b.get("ack") is True
+        if task is None or (ack and task.final is not None):
+            if ack:  # an ended task (or none): its state says so, or unknown-task
+                self.status(req)
+            else:
+                self.state.refuse(req, Code.UNKNOWN_TASK, f"no running task {task_id!r}")
             return
         # Anyone's task, as rights allow (core/rights.py: with CURVE, its submitter or an
         # admin): `meshant cancel` is a client of its own.
@@ -338,14 +342,17 @@ class TaskService:
                 req, "task.cancel", task.client_name == req.node.name):
             return
         self.scheduler.cancel(task.id, req.now)
+        if ack:
+            self.status(req)  # the verdict: what the task became (cancelled)
 
     def status(self, req: Request) -> None:
         st, node, now = self.state, req.node, req.now
-        task = self.find(req, req.msg.b["task"])
+        task_id = req.msg.b.get("task") or req.msg.ref
+        task = self.find(req, task_id)
         if task is MISSING:
             return
         if task is None:
-            st.refuse(req, Code.UNKNOWN_TASK, f"no task {req.msg.b['task']!r}")
+            st.refuse(req, Code.UNKNOWN_TASK, f"no task {task_id!r}")
             return
         if task.client_name == node.name and task.client != req.identity:
             task.client = req.identity  # its submitter reconnected: results go to the new link

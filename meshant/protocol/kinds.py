@@ -70,7 +70,7 @@ KINDS: tuple[Kind, ...] = (
           _f("error", dict), _f("task", str), _f("seq", int), _f("state", str),
           _f("attempt", int), _f("original", str))),
     Kind("task.cancel", 16, "cancel a task (client → queen) or an attempt (queen → forager)",
-         (_f("task", str),)),
+         (_f("task", str), _f("ack", bool))),
     Kind("task.progress", 17, "progress of a running task; renews its lease",
          (_f("fraction", _NUM), _f("note", str), _f("task", str), _f("seq", int))),
     Kind("task.status", 18, "ask for the state of one task", (_f("task", str, True),)),
