@@ -347,7 +347,7 @@ class TaskService:
 
     def status(self, req: Request) -> None:
         st, node, now = self.state, req.node, req.now
-        task_id = req.msg.b.get("task") or req.msg.ref
+        task_id = str(req.msg.b.get("task") or req.msg.ref)
         task = self.find(req, task_id)
         if task is MISSING:
             return
