@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,11 @@ def test_spawned_children_gathered(procs: Procs, tmp_path: Path) -> None:
     assert len(by) == 52 and by["gather"]["result"] == sum(2 * i for i in range(50))
 
 
-def test_failed_node_cancels_its_dependants_only(procs: Procs, tmp_path: Path) -> None:
-    ep, _ = colony(procs, tmp_path)
+@pytest.mark.parametrize("journal", [False, True])
+def test_failed_node_cancels_its_dependants_only(procs: Procs, tmp_path: Path,
+                                                 journal: bool) -> None:
+    ep, _ = colony(procs, tmp_path, *(["--journal", str(tmp_path / "q.db")] if journal
+                                      else []))
     doc = {"ok": {"capability": "echo", "payload": 1},
            "bad": {"capability": "fail", "payload": {"message": "nope"}, "max_attempts": 1},
            "down": {"capability": "echo", "payload": {"$result": "bad"}},
@@ -153,9 +157,29 @@ def test_failed_node_cancels_its_dependants_only(procs: Procs, tmp_path: Path) -
     assert by["side"]["result"] == 2 and by["bad"]["error"]["message"] == "nope"
     assert {k for k, v in by.items() if v["state"] == "cancelled"} == {"down", "down2"}
     assert by["down2"]["error"]["code"] == "upstream-failed"
-    st = json.loads(meshant("graph", "status", out[-1]["graph"], "--json", "--queen",
-                            ep).stdout)
+    gid = out[-1]["graph"]
+    st = json.loads(meshant("graph", "status", gid, "--json", "--queen", ep).stdout)
     assert st["failed"] == "bad"
+    # A finished graph's status names every node: state, attempt, error (#24, item 10).
+    nodes = {n["node"]: n for n in st["node_states"]}
+    assert {k: (v["state"], v["attempt"]) for k, v in nodes.items()} == {
+        "ok": ("completed", 1), "bad": ("failed", 1), "down": ("cancelled", 0),
+        "down2": ("cancelled", 0), "side": ("completed", 1)}
+    assert nodes["bad"]["error"]["message"] == "nope" and nodes["bad"]["id"] == f"tg:{gid}/bad"
+    assert "traceback" not in nodes["bad"]["error"]  # (the node's task has it)
+    assert nodes["down"]["error"]["code"] == "upstream-failed"
+    r = meshant("graph", "status", gid, "--queen", ep)
+    assert r.returncode == 0 and f"graph {gid} failed, failed at 'bad'" in r.stdout
+    assert re.search(r"bad +failed +fail +attempt 1 +\[handler-error\] \w+: nope", r.stdout), \
+        r.stdout
+    assert re.search(r"down2 +cancelled +echo +not run +\[upstream-failed\]", r.stdout)
+    if journal:  # a queen restarted on the journal reads the finished graph from it
+        first = procs.all[0]
+        first.kill()
+        first.wait(10)
+        _, ep2 = procs.queen("--journal", str(tmp_path / "q.db"))
+        again = json.loads(meshant("graph", "status", gid, "--json", "--queen", ep2).stdout)
+        assert again["node_states"] == st["node_states"] and again["failed"] == "bad"
 
 
 def test_forager_killed_mid_node(procs: Procs, tmp_path: Path) -> None:

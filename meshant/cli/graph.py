@@ -133,8 +133,10 @@ def graph_status(conn: Connection, graph_id: str, as_json: bool) -> None:
                f"({counts})")
     for n in st.get("node_states") or []:
         err = n.get("error") or {}
-        why = f" [{err.get('code')}] {err.get('message', '')}" if err else ""
-        click.echo(f"  {n['node']:24} {n['state']:10} {n['capability']:14}{why}")
+        kind = f"{err['type']}: " if err.get("type") else ""
+        why = f"  [{err.get('code')}] {kind}{err.get('message', '')}" if err else ""
+        tries = f"attempt {n['attempt']}" if n.get("attempt") else "not run"
+        click.echo(f"  {n['node']:24} {n['state']:10} {n['capability']:14} {tries:10}{why}")
 
 
 @graph.command("cancel")

@@ -29,6 +29,7 @@ PENDING, RUNNING = "pending", "running"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
 NODE_FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 KEEP_DONE = 1000  # finished graphs remembered in memory (the journal keeps them all)
+KEEP_DONE_NODES = 50_000  # and their node states, at most (bounded by nodes, not graphs)
 
 
 @dataclass(slots=True, eq=False)
@@ -97,7 +98,9 @@ class GraphBook:
         self.max_nodes = max_nodes
         self.max_payload = max_payload  # the largest frame a forager accepts
         self.graphs: dict[str, Graph] = {}
+        # Finished graphs: each one's graph.result summary and its ``node_states``.
         self.done: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._done_nodes = 0
         # What a client hears about its graph, sent after the turn's task results.
         self.notify: Callable[[bytes, p.Message], None] = notify or (lambda i, m: None)
         self.changed: dict[str, Graph] = {}
@@ -331,9 +334,37 @@ class GraphBook:
         self._touch(g)
         summary = g.summary()
         self.notify(g.client, p.Message("graph.result", summary))
-        self.done[g.id] = summary
-        while len(self.done) > KEEP_DONE:
-            self.done.popitem(last=False)
+        self.remember(g.id, {**summary, "node_states": self.node_states(g)})
+
+    def remember(self, gid: str, status: dict[str, Any]) -> None:
+        """Keep a finished graph's status (with its ``node_states``) for graph.status,
+        the newest first, as many as KEEP_DONE graphs and KEEP_DONE_NODES nodes hold."""
+        old = self.done.pop(gid, None)
+        if old is not None:
+            self._done_nodes -= len(old.get("node_states") or ())
+        self.done[gid] = status
+        self._done_nodes += len(status.get("node_states") or ())
+        while len(self.done) > 1 and (len(self.done) > KEEP_DONE
+                                      or self._done_nodes > KEEP_DONE_NODES):
+            self._done_nodes -= len(self.done.popitem(last=False)[1].get("node_states") or ())
+
+    def result_of(self, gid: str) -> dict[str, Any]:
+        """A finished graph's ``graph.result`` body (its summary, without node states)."""
+        return {k: v for k, v in self.done[gid].items() if k != "node_states"}
+
+    def node_states(self, g: Graph) -> list[dict[str, Any]]:
+        """Every node's state, attempt and error (its traceback left to the node's task:
+        ``meshant task ID`` shows it)."""
+        out = []
+        for n in list(g.nodes.values()):
+            rec = g.node_record(n)
+            task = self.scheduler.find_live(rec["id"])
+            rec["attempt"] = task.attempt if task is not None else 0
+            err = rec.get("error")
+            if isinstance(err, dict) and "traceback" in err:
+                rec["error"] = {k: v for k, v in err.items() if k != "traceback"}
+            out.append(rec)
+        return out
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -406,7 +437,7 @@ class GraphBook:
         g = self.graphs.get(gid)
         if g is None:
             return self.done.get(gid)
-        return {**g.summary(), "node_states": [g.node_record(n) for n in g.nodes.values()]}
+        return {**g.summary(), "node_states": self.node_states(g)}
 
     def client_moved(self, old: bytes, new: bytes) -> None:
         for g in self.graphs.values():

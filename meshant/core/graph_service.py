@@ -49,7 +49,7 @@ class GraphService:
             if old is MISSING:
                 return
             if old is not None:
-                book.done[gid] = {k: v for k, v in old.items() if k != "node_states"}
+                book.remember(gid, old)
         if known is not None or gid in book.done:
             self._again(req, known)
             return
@@ -91,7 +91,7 @@ class GraphService:
             return
         st.counters["resubmitted"] += 1
         if g is None:
-            st.send(node, p.Message("graph.result", book.done[msg.id], ref=msg.id))
+            st.send(node, p.Message("graph.result", book.result_of(msg.id), ref=msg.id))
             return
         g.client = req.identity
         prefix = f"tg:{g.id}/"

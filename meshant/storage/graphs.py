@@ -90,10 +90,14 @@ _GCOLS = ("id", "client_name", "state", "failed", "cancelled", "updates", "creat
 
 
 def _nodes(j: Any, gid: str) -> list[dict[str, Any]]:
-    rows = j._all("SELECT seq, parent, spec, state, result, error FROM graph_nodes "
-                  "WHERE graph = ? ORDER BY seq", (gid,))
+    # Each node's attempt is its task's (a node's task id is tg:<graph>/<name>; a node
+    # that never ran has none).
+    rows = j._all("SELECT n.seq, n.parent, n.spec, n.state, n.result, n.error, t.attempt "
+                  "FROM graph_nodes n LEFT JOIN tasks t ON t.id = 'tg:' || n.graph || '/' "
+                  "|| n.name WHERE n.graph = ? ORDER BY n.seq", (gid,))
     return [{"seq": r[0], "parent": r[1], "spec": unpack(r[2]), "state": r[3],
-             "result": unpack(r[4]), "error": unpack(r[5])} for r in rows]
+             "result": unpack(r[4]), "error": unpack(r[5]), "attempt": r[6] or 0}
+            for r in rows]
 
 
 def unfinished(j: Any) -> list[dict[str, Any]]:
@@ -126,11 +130,12 @@ def find(j: Any, gid: str) -> dict[str, Any] | None:
         counts[n["state"]] = counts.get(n["state"], 0) + 1
         rec: dict[str, Any] = {"node": n["spec"]["name"], "state": n["state"],
                                "id": f"tg:{gid}/{n['spec']['name']}",
-                               "capability": n["spec"]["capability"]}
+                               "capability": n["spec"]["capability"],
+                               "attempt": n["attempt"]}
         if n["parent"]:
             rec["spawned_by"] = n["parent"]
-        if n["error"] is not None:
-            rec["error"] = n["error"]
+        if isinstance(n["error"], dict):
+            rec["error"] = {k: v for k, v in n["error"].items() if k != "traceback"}
         states.append(rec)
     out: dict[str, Any] = {"graph": gid, "state": d["state"], "client": d["client_name"],
                            "nodes": len(nodes), "counts": counts, "node_states": states}
