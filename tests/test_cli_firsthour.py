@@ -324,9 +324,20 @@ def test_a_queen_that_stops_is_not_said_to_restart(procs: Procs) -> None:
     f, _ = procs.forager(ep, "--name", "listener")
     q.send_signal(signal.SIGTERM)
     assert q.wait(20) == 0
+    # The forager says so once it hears the queen's goodbye (or misses its heartbeats):
+    # wait for that line before stopping it, not for a fixed time.
+    assert f.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    while not any("the queen stopped" in x for x in seen) and time.monotonic() < deadline:
+        if select.select([f.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            line = f.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
     f.send_signal(signal.SIGINT)
     assert f.wait(20) == 0
-    err = f.communicate()[1]
+    err = "".join(seen) + f.communicate()[1]
     assert "the queen stopped" in err and "restarted" not in err, err
 
 
