@@ -25,6 +25,7 @@ import zmq
 from meshant import protocol as p
 from meshant.actors._peer import Peer
 from meshant.actors.config import ForagerConfig, settle
+from meshant.actors.describe import describe
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, error_body, positional_args
 from meshant.actors.workers import Workers
@@ -115,8 +116,10 @@ class Forager(Peer):
 
     # -- registering handlers -------------------------------------------------------------
 
-    def task(self, capability: str, *, batch: int | None = None,
-             inline: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def task(self, capability: str, *, batch: int | None = None, inline: bool = False,
+             description: str | None = None, schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None,
+             ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
         The handler is called as ``fn(payload, ctx)`` (or ``fn(payload)``: a parameter
@@ -125,14 +128,24 @@ class Forager(Peer):
         Exception instance in the list fails just that task). ``inline=True`` runs it in
         the I/O thread itself, saving two thread hand-offs per task: only for handlers
         that take microseconds and never block.
+
+        The capability describes itself to the colony (``meshant status``, ``tool.query``,
+        the A2A and MCP gateways): ``description`` (one line; default the docstring's
+        first paragraph), ``schema`` (a JSON Schema of the payload; default derived from
+        the first parameter's type hint) and ``result_schema`` (default from the return
+        annotation). A schema over 8 KiB as JSON is refused (ConfigError).
         """
         def deco(fn: Callable[P, R]) -> Callable[P, R]:
-            self.add_handler(capability, fn, batch=batch, inline=inline)
+            self.add_handler(capability, fn, batch=batch, inline=inline,
+                             description=description, schema=schema,
+                             result_schema=result_schema)
             return fn
         return deco
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
-                    batch: int | None = None, inline: bool = False) -> None:
+                    batch: int | None = None, inline: bool = False,
+                    description: str | None = None, schema: dict[str, Any] | None = None,
+                    result_schema: dict[str, Any] | None = None) -> None:
         """Serve ``capability`` with ``fn``; see :meth:`task`."""
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
@@ -140,7 +153,9 @@ class Forager(Peer):
             raise ConfigError("batch must be at least 1")
         if inline and (batch is not None or inspect.iscoroutinefunction(fn)):
             raise ConfigError("inline handlers are plain functions without batch")
-        self.handlers[capability] = Handler.of(fn, batch, inline)
+        about = describe(capability, fn, description=description, schema=schema,
+                         result_schema=result_schema, batch=batch is not None)
+        self.handlers[capability] = Handler.of(fn, batch, inline, about)
 
     def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
@@ -170,7 +185,9 @@ class Forager(Peer):
         if not self.handlers:
             raise ConfigError("no handlers: register one with @forager.task(capability)")
         self._fs = ForagerSession(list(self.handlers), self.slots, self.labels,
-                                  serves=self.handlers)
+                                  serves=self.handlers,
+                                  describe={c: h.about for c, h in self.handlers.items()
+                                            if h.about})
         self._pool = Workers(self.slots, f"meshant-{self.name}")
 
     def start(self, timeout: float | None = 10.0) -> Forager:

@@ -271,12 +271,16 @@ class Handler:
     is_async: bool
     takes_ctx: bool
     inline: bool = False
+    # What the hello says of the capability: description, payload and result schemas
+    # (meshant.actors.describe); empty when nothing is known.
+    about: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool) -> Handler:
+    def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool,
+           about: dict[str, Any] | None = None) -> Handler:
         """``fn`` is given the context if it requires a second positional argument."""
         return cls(fn, batch, inspect.iscoroutinefunction(fn), positional_args(fn, 2) >= 2,
-                   inline)
+                   inline, about or None)
 
 
 def error_body(e: BaseException) -> dict[str, Any]:
