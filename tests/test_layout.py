@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("meshant.storage",),
     ("meshant.adapters", "meshant.observe"),
     ("meshant.actors",),
-    ("meshant.apps", "meshant.conformance", "meshant.sim"),
+    ("meshant.apps", "meshant.conformance", "meshant.sim", "meshant.gateways"),
     ("meshant.cli",),
     ("meshant", "meshant.__main__"),
 ]

@@ -1,0 +1,272 @@
+"""What both gateways share, without either SDK: who a caller is (:class:`Caller`, from a
+bearer token), one colony client per caller (:class:`ColonyLink`), the live catalog of
+capabilities with their descriptions, the payload checks, and a task's stream as
+asyncio events (:func:`follow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshant.actors.attach import Attachment
+from meshant.actors.client import Client
+from meshant.actors.futures import TaskFuture, Update
+from meshant.errors import ConfigError, MeshantError
+
+log = logging.getLogger("meshant.gateways")
+
+# What a caller may do: read (list capabilities, get a task) or act (submit, answer,
+# cancel) too. Rights per operation beyond that are the queen's (its rights table,
+# applied to the caller's CURVE key).
+READ, ACT = "read", "act"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A colony identity an HTTP caller acts as: the client ``name`` (and CURVE key
+    ``curve_secret``, whose roles the queen's rights table checks) and ``rights``."""
+
+    name: str | None = None
+    curve_secret: str | None = None
+    rights: str = ACT
+
+    @property
+    def may_act(self) -> bool:
+        return self.rights == ACT
+
+
+@dataclass(slots=True)
+class Callers:
+    """Bearer tokens and who each makes the caller; ``anonymous`` is what a request with
+    no token may do (None: refused)."""
+
+    tokens: dict[str, Caller] = field(default_factory=dict)
+    anonymous: Caller | None = None
+
+    def resolve(self, token: str) -> Caller | None:
+        """The caller a token stands for (``''``: none given); None when refused."""
+        import hmac
+
+        if not token:
+            return self.anonymous
+        for known, caller in self.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return caller
+        return None
+
+
+def read_token_file(path: str) -> dict[str, Caller]:
+    """A token file: one caller a line, ``TOKEN NAME [KEYFILE] [read]`` (``#`` comments).
+    NAME is the client name the caller's requests come from; KEYFILE its CURVE secret
+    key (the queen applies that key's roles); ``read`` makes the caller read-only."""
+    out: dict[str, Caller] = {}
+    for n, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].split()
+        if not line:
+            continue
+        if len(line) < 2 or len(line) > 4:
+            raise ConfigError(f"{path}:{n}: expected 'TOKEN NAME [KEYFILE] [read]'")
+        token, name, *rest = line
+        rights = ACT
+        if rest and rest[-1] in (READ, ACT):
+            rights = rest.pop()
+        key = rest[0] if rest else None
+        if key is not None and not Path(key).exists():
+            raise ConfigError(f"{path}:{n}: no key file {key!r}")
+        if len(token) < 16:
+            raise ConfigError(f"{path}:{n}: a token needs at least 16 characters")
+        out[token] = Caller(name, key, rights)
+    if not out:
+        raise ConfigError(f"{path}: no tokens in it")
+    return out
+
+
+class ColonyLink:
+    """One threaded :class:`Client` per caller identity, made on first use; and the
+    colony's capabilities, refreshed from ``status`` every ``refresh`` seconds."""
+
+    def __init__(self, queen: str | None, *, refresh: float = 1.0,
+                 **client_kwargs: Any) -> None:
+        self.queen = queen
+        self.refresh = refresh
+        self.client_kwargs = client_kwargs
+        self._clients: dict[tuple[str | None, str | None], Client] = {}
+        self._lock = threading.Lock()
+        self.catalog: dict[str, dict[str, Any]] = {}
+        self._watchers: list[Callable[[], Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def client(self, caller: Caller | None = None) -> Client:
+        """The connected client of ``caller`` (None: the gateway's own identity)."""
+        key = (caller.name, caller.curve_secret) if caller is not None else (None, None)
+        with self._lock:
+            c = self._clients.get(key)
+            if c is not None and c._died is None:
+                return c
+            kw = dict(self.client_kwargs)
+            if key[0] is not None:
+                kw["name"] = key[0]
+            if key[1] is not None:
+                kw["curve_secret"] = key[1]
+            c = Client(self.queen, **kw)
+            self._clients[key] = c
+            return c
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
+
+    # -- the catalog ----------------------------------------------------------------------
+
+    def on_change(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` (in the event loop) whenever the capabilities change."""
+        self._watchers.append(fn)
+
+    async def refresh_now(self) -> bool:
+        """Read the capabilities once; True when they changed."""
+        st = await asyncio.to_thread(self.client().status)
+        new = catalog_of(st.get("foragers") or [])
+        if new == self.catalog:
+            return False
+        self.catalog = new
+        for fn in list(self._watchers):
+            try:
+                out = fn()
+                if asyncio.iscoroutine(out):
+                    await out
+            except Exception:
+                log.exception("a catalog watcher failed")
+        return True
+
+    def start(self) -> None:
+        """Keep the catalog fresh from the running event loop."""
+        async def loop() -> None:
+            while True:
+                try:
+                    await self.refresh_now()
+                except MeshantError as e:
+                    log.warning("cannot read the colony's capabilities: %s", e)
+                await asyncio.sleep(self.refresh)
+
+        self._task = asyncio.get_running_loop().create_task(loop())
+
+
+def catalog_of(foragers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Capability -> what its foragers say of it (description, payload, result; the
+    first forager that describes it wins), for the active foragers of a status."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in foragers:
+        if f.get("state") != "active":
+            continue
+        about = f.get("describe") or {}
+        for tool in f.get("tools") or []:
+            if not out.get(tool):
+                out[tool] = dict(about.get(tool) or {})
+    return dict(sorted(out.items()))
+
+
+def check_payload(capability: str, about: dict[str, Any], payload: Any) -> str | None:
+    """Why ``payload`` does not fit the capability's payload schema, or None. Without
+    ``jsonschema`` installed the schema is not checked (the handler's own check stands)."""
+    schema = about.get("payload")
+    if not schema:
+        return None
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    try:
+        jsonschema.validate(payload, schema)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(x) for x in e.absolute_path)
+        return f"the payload does not fit {capability!r}'s schema" + (
+            f" at {where}" if where else "") + f": {e.message}"
+    except jsonschema.SchemaError:
+        return None  # the forager's schema is broken: let the handler judge
+    return None
+
+
+# -- a task's stream in asyncio ------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A task's end: ``value`` when it completed, else ``error``."""
+
+    value: Any = None
+    error: MeshantError | None = None
+
+
+Event = Update | Ended
+
+
+async def follow(fut: TaskFuture) -> AsyncIterator[Event]:
+    """The updates of a submitted task (or an attachment), then its end, as they come."""
+    loop = asyncio.get_running_loop()
+    q: asyncio.Queue[Update | None] = asyncio.Queue()
+
+    def pump() -> None:
+        try:
+            for u in fut.updates():
+                loop.call_soon_threadsafe(q.put_nowait, u)
+        finally:
+            loop.call_soon_threadsafe(q.put_nowait, None)
+
+    # A thread of its own per stream: a pool's few threads would make streams wait on
+    # each other (each blocks until its task ends).
+    reader = threading.Thread(target=pump, name=f"meshant-follow-{fut.task_id}",
+                              daemon=True)
+    reader.start()
+    try:
+        while True:
+            u = await q.get()
+            if u is None:
+                break
+            yield u
+        try:
+            value = await asyncio.wrap_future(fut)
+        except MeshantError as e:
+            yield Ended(error=e)
+        else:
+            yield Ended(value=value)
+    finally:
+        if reader.is_alive():
+            # The stream's reader went away: stop waiting for this future's updates.
+            fut._updates.put(None)
+
+
+async def attach(client: Client, task_id: str, after: int = 0) -> Attachment:
+    return await asyncio.to_thread(client.attach, task_id, after)
+
+
+def payload_text(value: Any) -> str:
+    """A value as text: a string as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def jsonable(value: Any) -> Any:
+    """A result as JSON values (bytes as text)."""
+    return json.loads(json.dumps(value, default=lambda v: v.decode("utf-8", "replace")
+                                 if isinstance(v, bytes) else str(v)))
+
+
+__all__ = ["ACT", "READ", "Caller", "Callers", "ColonyLink", "Ended", "Event", "attach",
+           "catalog_of", "check_payload", "follow", "jsonable", "payload_text",
+           "read_token_file"]
