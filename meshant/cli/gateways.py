@@ -151,16 +151,10 @@ def a2a_cmd(conn: Connection, listen: str, allow_host: tuple[str, ...], token: s
 async def _serve_a2a(link: Any, host: str, port: int, callers: Any,
                      allow_host: tuple[str, ...], public_url: str | None, max_body: int,
                      wait: float | None, as_json: bool) -> None:
-    from meshant.errors import MeshantError
     from meshant.gateways import a2a
     from meshant.gateways.http import bind, gateway_limits, guarded, serve, url_of
 
-    try:
-        await asyncio.to_thread(link.client)
-        await link.refresh_now()
-    except MeshantError as e:
-        raise click.ClickException(str(e)) from None
-    link.start()
+    await _start_link(link)
     sock = bind(host, port)
     url = public_url or url_of(sock, host)
     limits = gateway_limits(max_body)
@@ -181,7 +175,105 @@ async def _serve_a2a(link: Any, host: str, port: int, callers: Any,
     await serve(app, sock, limits, ready)
 
 
-COMMANDS = [a2a_cmd]
+@click.command("mcp")
+@client_options(connect_timeout=10.0)
+@click.option("--listen", "-l", default=None, metavar="[HOST:]PORT",
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (a bare "
+                   "PORT is on loopback; 0 picks a free port).")
+@http_options(8471)
+@click.option("--name", help="This gateway's client name at the queen.")
+@click.option("--wait", type=float, default=None,
+              help="Seconds a call waits for a forager of its tool (default: the queen's).")
+@click.option("--refresh", type=float, default=1.0, show_default=True,
+              help="Seconds between reads of the colony's capabilities (the tool list "
+                   "follows foragers as they come and go, with list-changed notices).")
+@click.option("--json", "as_json", is_flag=True, help="With --listen: the ready line as JSON.")
+def mcp_cmd(conn: Connection, listen: str | None, allow_host: tuple[str, ...],
+            token: str | None, token_file: str | None, anonymous: str | None,
+            public_url: str | None, max_body: int, name: str | None, wait: float | None,
+            refresh: float, as_json: bool) -> None:
+    """Serve the colony to MCP hosts: each capability is a tool.
+
+    Without --listen it speaks MCP on stdin/stdout, for a host that starts it (its
+    config's command: meshant mcp --queen tcp://HOST:5670). With --listen, streamable
+    HTTP at /mcp. Arguments are the task's payload; progress and partial results are
+    progress notifications; a question (ctx.ask) is an elicitation; cancelling the call
+    cancels the task.
+
+    \b
+      meshant queen &
+      meshant forager &
+      meshant mcp --listen 127.0.0.1:8471
+    """
+    _need("mcp", "mcp")
+
+    link = _link(conn, name, refresh)
+    try:
+        if listen is None:
+            if token or token_file:
+                raise click.BadParameter("tokens are for --listen: a stdio server's caller "
+                                         "is the host that started it", param_hint="--token")
+            asyncio.run(_serve_mcp_stdio(link, wait))
+            return
+        from meshant.observe.server import parse_http
+
+        try:
+            host, port = parse_http(listen)
+        except ValueError as e:
+            raise click.BadParameter(str(e).replace("--http", "--listen"),
+                                     param_hint="--listen") from None
+        callers = callers_of(host, token, token_file, anonymous)
+        asyncio.run(_serve_mcp_http(link, host, port, callers, allow_host, max_body, wait,
+                                    as_json))
+    except OSError as e:
+        raise click.ClickException(f"cannot serve: {e.strerror or e}") from None
+    finally:
+        link.close()
+
+
+async def _start_link(link: Any) -> None:
+    from meshant.errors import MeshantError
+
+    try:
+        await asyncio.to_thread(link.client)
+        await link.refresh_now()
+    except MeshantError as e:
+        raise click.ClickException(str(e)) from None
+    link.start()
+
+
+async def _serve_mcp_stdio(link: Any, wait: float | None) -> None:
+    from meshant.gateways import mcp
+
+    await _start_link(link)
+    await mcp.serve_stdio(mcp.ColonyTools(link, wait=wait))
+
+
+async def _serve_mcp_http(link: Any, host: str, port: int, callers: Any,
+                          allow_host: tuple[str, ...], max_body: int, wait: float | None,
+                          as_json: bool) -> None:
+    from meshant.gateways import mcp
+    from meshant.gateways.http import bind, gateway_limits, guarded, serve, url_of
+
+    await _start_link(link)
+    sock = bind(host, port)
+    url = url_of(sock, host) + "/mcp"
+    limits = gateway_limits(max_body)
+    app = guarded(mcp.http_app(mcp.ColonyTools(link, wait=wait), host, max_body), host,
+                  callers, limits, allow_host)
+
+    def ready() -> None:
+        info = {"mcp": url, "spec": mcp.SPEC, "transport": "streamable-http",
+                "tools": list(link.catalog)}
+        click.echo(json.dumps(info) if as_json else
+                   f"meshant mcp: serving {mcp.SPEC} over streamable HTTP at {url}; tools: "
+                   f"{', '.join(link.catalog) or 'none yet'}")
+        sys.stdout.flush()
+
+    await serve(app, sock, limits, ready)
+
+
+COMMANDS = [a2a_cmd, mcp_cmd]
 
 __all__ = ["COMMANDS", "callers_of", "http_options"]
 

@@ -427,14 +427,12 @@ class ColonyAgent(RequestHandler):
         except MeshantError as e:
             raise a2a_error(e) from None
         view = TaskView(params.id, params.id, st.get("capability", ""))
-        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(10):
-                async for e in follow(att):
-                    view.event(e)
-        except TimeoutError:
+                async for ev in follow(att):
+                    view.event(ev)
+        except TimeoutError:  # a handler that ignores cancels: it is still running
             view.state = STATES.get(att.state, TaskState.TASK_STATE_WORKING)
-        del loop
         return view.task()
 
     async def on_list_tasks(self, params: ListTasksRequest,
@@ -555,13 +553,13 @@ def app(link: ColonyLink, base_url: str, name: str = "meshant",
                                enable_v0_3_compat=False),
         *create_rest_routes(handler, context_builder=builder, path_prefix="/rest"),
     ]
-    for r in create_jsonrpc_routes(handler, "/agents/{cap}/", context_builder=builder):
-        assert isinstance(r, Route)
-        routes.append(Route(r.path, _Known(r.app), methods=["POST"]))
-    for r in create_rest_routes(handler, context_builder=builder,
-                                path_prefix="/agents/{cap}/rest"):
-        if isinstance(r, Route):
-            routes.append(Route(r.path, _Known(r.app), methods=list(r.methods or ())))
+    for rpc in create_jsonrpc_routes(handler, "/agents/{cap}/", context_builder=builder):
+        assert isinstance(rpc, Route)
+        routes.append(Route(rpc.path, _Known(rpc.app), methods=["POST"]))
+    for rest in create_rest_routes(handler, context_builder=builder,
+                                   path_prefix="/agents/{cap}/rest"):
+        if isinstance(rest, Route):
+            routes.append(Route(rest.path, _Known(rest.app), methods=list(rest.methods or ())))
     return Starlette(routes=routes)
 
 
