@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 server = MCPServer("sdk-test-server")
 

@@ -79,6 +79,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from meshant._version import __version__
+from meshant.actors.attach import Attachment
+from meshant.actors.client import Client
 from meshant.actors.futures import TaskFuture, Update
 from meshant.errors import BadInput, Forbidden, MeshantError, TooLarge
 from meshant.gateways.colony import (
@@ -89,6 +91,8 @@ from meshant.gateways.colony import (
     check_payload,
     follow,
     jsonable,
+    kept,
+    patiently,
     payload_text,
 )
 from meshant.gateways.http import CALLER_KEY
@@ -283,9 +287,9 @@ class ColonyAgent(RequestHandler):
     # -- sending --------------------------------------------------------------------------
 
     async def _start(self, params: SendMessageRequest, context: ServerCallContext
-                     ) -> tuple[TaskView, TaskFuture, bool]:
+                     ) -> tuple[TaskView, TaskFuture, Client]:
         """Submit a new task, or answer the task the message continues. Returns the view,
-        a future that follows the task, and whether it is a continuation."""
+        a future that follows the task, and the client it came through."""
         caller = self._caller(context, act=True)
         client = self.link.client(caller)
         msg = params.message
@@ -300,15 +304,15 @@ class ColonyAgent(RequestHandler):
             fut = client.submit(skill, payload, wait=self.wait)
         except MeshantError as e:
             raise a2a_error(e) from None
-        return TaskView(fut.task_id, msg.context_id or fut.task_id, skill), fut, False
+        return TaskView(fut.task_id, msg.context_id or fut.task_id, skill), fut, client
 
-    async def _continue(self, client: Any, msg: Message, context: ServerCallContext
-                        ) -> tuple[TaskView, TaskFuture, bool]:
+    async def _continue(self, client: Client, msg: Message, context: ServerCallContext
+                        ) -> tuple[TaskView, TaskFuture, Client]:
         """The message answers its task's question: the handler's ``ctx.ask`` returns
         the message's payload."""
         task_id = msg.task_id
         try:
-            st = await asyncio.to_thread(client.task_status, task_id)
+            st = await patiently(client.task_status, task_id)
         except MeshantError as e:
             raise a2a_error(e) from None
         if st["state"] != "input-required":
@@ -317,44 +321,33 @@ class ColonyAgent(RequestHandler):
                                      "question")
         try:
             att = await attach(client, task_id, 0)
-            view = await self._snapshot(att, TaskView(task_id, msg.context_id or task_id,
-                                                      st.get("capability", "")))
+            view = await self._snapshot(client, att, TaskView(
+                task_id, msg.context_id or task_id, st.get("capability", "")))
             await asyncio.to_thread(client.answer, task_id, payload_of(msg))
         except MeshantError as e:
             raise a2a_error(e) from None
         view.state = TaskState.TASK_STATE_WORKING
         view.message = None
-        return view, att, True
+        return view, att, client
 
-    async def _snapshot(self, att: Any, view: TaskView) -> TaskView:
+    async def _snapshot(self, client: Client, att: Attachment, view: TaskView) -> TaskView:
         """Fold the updates an attachment was sent on attaching (up to its ``last``)
         into ``view``."""
-        if att.last > att.last_seq:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + SNAPSHOT_WAIT
-            while att.last_seq < att.last and not att.done() and loop.time() < deadline:
-                await asyncio.sleep(0.005)
-        while True:
-            try:
-                u = att._updates.get_nowait()
-            except Exception:
-                break
-            if u is None:
-                att._updates.put(None)  # the end stays for whoever follows
-                break
+        for u in await kept(client, att, SNAPSHOT_WAIT):
             view.event(u)
         view.state = STATES.get(att.state, view.state)
         if att.done():
-            view.event(Ended(value=att.result()) if att.exception() is None
-                       else Ended(error=att.exception()))
+            err = att.exception()
+            view.event(Ended(value=att.result()) if err is None else Ended(
+                error=err if isinstance(err, MeshantError) else MeshantError(str(err))))
         return view
 
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Task | Message:
-        view, fut, _ = await self._start(params, context)
+        view, fut, client = await self._start(params, context)
         if params.configuration.return_immediately:
             return view.task()
-        async for e in follow(fut):
+        async for e in follow(fut, client):
             view.event(e)
             if view.state in FINAL or view.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 break
@@ -362,14 +355,14 @@ class ColonyAgent(RequestHandler):
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Any]:
-        view, fut, _ = await self._start(params, context)
+        view, fut, client = await self._start(params, context)
         yield view.task()
-        async for ev in self._events(view, fut, stop_on_input=True):
+        async for ev in self._events(view, fut, client, stop_on_input=True):
             yield ev
 
-    async def _events(self, view: TaskView, fut: TaskFuture,
+    async def _events(self, view: TaskView, fut: TaskFuture, client: Client,
                       stop_on_input: bool) -> AsyncIterator[Any]:
-        async for e in follow(fut):
+        async for e in follow(fut, client):
             for ev in view.event(e):
                 yield ev
             if view.state in FINAL or (stop_on_input and view.state
@@ -383,12 +376,12 @@ class ColonyAgent(RequestHandler):
             att = await attach(client, params.id, 0)
         except MeshantError as e:
             raise a2a_error(e) from None
-        view = await self._snapshot(att, TaskView(params.id, params.id))
+        view = await self._snapshot(client, att, TaskView(params.id, params.id))
         if view.state in FINAL:
             raise UnsupportedOperationError(
                 f"task {params.id} is already {TaskState.Name(view.state)}: get it instead")
         yield view.task()
-        async for ev in self._events(view, att, stop_on_input=False):
+        async for ev in self._events(view, att, client, stop_on_input=False):
             yield ev
 
     # -- tasks ----------------------------------------------------------------------------
@@ -397,14 +390,14 @@ class ColonyAgent(RequestHandler):
                           context: ServerCallContext) -> Task | None:
         client = self.link.client(self._caller(context, act=False))
         try:
-            st = await asyncio.to_thread(client.task_status, params.id)
+            st = await patiently(client.task_status, params.id)
             att = await attach(client, params.id, 0)
         except MeshantError as e:
             if getattr(e, "code", "") == "unknown-task":
                 return None
             raise a2a_error(e) from None
-        view = await self._snapshot(att, TaskView(params.id, params.id,
-                                                  st.get("capability", "")))
+        view = await self._snapshot(client, att, TaskView(params.id, params.id,
+                                                          st.get("capability", "")))
         if not att.done():
             client._detach(att)  # a read, not a follow
         view.state = STATES.get(st["state"], view.state)
@@ -414,7 +407,7 @@ class ColonyAgent(RequestHandler):
                              context: ServerCallContext) -> Task | None:
         client = self.link.client(self._caller(context, act=True))
         try:
-            st = await asyncio.to_thread(client.task_status, params.id)
+            st = await patiently(client.task_status, params.id)
         except MeshantError as e:
             if getattr(e, "code", "") == "unknown-task":
                 return None
@@ -429,7 +422,7 @@ class ColonyAgent(RequestHandler):
         view = TaskView(params.id, params.id, st.get("capability", ""))
         try:
             async with asyncio.timeout(10):
-                async for ev in follow(att):
+                async for ev in follow(att, client):
                     view.event(ev)
         except TimeoutError:  # a handler that ignores cancels: it is still running
             view.state = STATES.get(att.state, TaskState.TASK_STATE_WORKING)
@@ -549,10 +542,9 @@ def app(link: ColonyLink, base_url: str, name: str = "meshant",
     routes: list[BaseRoute] = [
         Route(AGENT_CARD_WELL_KNOWN_PATH, root_card, methods=["GET"]),
         Route("/agents/{cap}" + AGENT_CARD_WELL_KNOWN_PATH, cap_card, methods=["GET"]),
-        *create_jsonrpc_routes(handler, "/", context_builder=builder,
-                               enable_v0_3_compat=False),
-        *create_rest_routes(handler, context_builder=builder, path_prefix="/rest"),
     ]
+    # The capabilities' own agents first: the root's HTTP+JSON routes end with a
+    # catch-all (a tenant prefix) that would take their paths.
     for rpc in create_jsonrpc_routes(handler, "/agents/{cap}/", context_builder=builder):
         assert isinstance(rpc, Route)
         routes.append(Route(rpc.path, _Known(rpc.app), methods=["POST"]))
@@ -560,6 +552,8 @@ def app(link: ColonyLink, base_url: str, name: str = "meshant",
                                    path_prefix="/agents/{cap}/rest"):
         if isinstance(rest, Route):
             routes.append(Route(rest.path, _Known(rest.app), methods=list(rest.methods or ())))
+    routes += [*create_jsonrpc_routes(handler, "/", context_builder=builder),
+               *create_rest_routes(handler, context_builder=builder, path_prefix="/rest")]
     return Starlette(routes=routes)
 
 

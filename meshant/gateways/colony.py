@@ -210,43 +210,125 @@ class Ended:
 Event = Update | Ended
 
 
-async def follow(fut: TaskFuture) -> AsyncIterator[Event]:
-    """The updates of a submitted task (or an attachment), then its end, as they come."""
+class _Pump:
+    """A future's updates moved from a thread of its own onto an asyncio queue (a pool's
+    few threads would make streams wait on each other: each blocks until its task ends).
+    """
+
+    def __init__(self, fut: TaskFuture, loop: asyncio.AbstractEventLoop) -> None:
+        self.fut = fut
+        self.q: asyncio.Queue[Update | None] = asyncio.Queue()
+
+        def pump() -> None:
+            try:
+                for u in fut.updates():
+                    loop.call_soon_threadsafe(self.q.put_nowait, u)
+            finally:
+                loop.call_soon_threadsafe(self.q.put_nowait, None)
+
+        self.thread = threading.Thread(target=pump, name=f"meshant-follow-{fut.task_id}",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.fut._updates.put(None)  # nobody reads on: end the thread's wait
+
+
+_TICK = object()
+TICK = 0.5  # seconds between checks that the queen is still the same one
+
+
+async def kept(client: Client, att: Attachment, wait: float = 5.0) -> list[Update]:
+    """The updates an attachment was sent on attaching (those up to its ``last``),
+    waiting at most ``wait`` seconds for them; it stays attached."""
     loop = asyncio.get_running_loop()
-    q: asyncio.Queue[Update | None] = asyncio.Queue()
-
-    def pump() -> None:
+    deadline = loop.time() + wait
+    while att.last_seq < att.last and not att.done() and loop.time() < deadline:
+        await asyncio.sleep(0.005)
+    out: list[Update] = []
+    while True:
         try:
-            for u in fut.updates():
-                loop.call_soon_threadsafe(q.put_nowait, u)
-        finally:
-            loop.call_soon_threadsafe(q.put_nowait, None)
+            u = att._updates.get_nowait()
+        except Exception:
+            break
+        if u is None:
+            att._updates.put(None)  # the end stays for whoever follows
+            break
+        out.append(u)
+    return out
 
-    # A thread of its own per stream: a pool's few threads would make streams wait on
-    # each other (each blocks until its task ends).
-    reader = threading.Thread(target=pump, name=f"meshant-follow-{fut.task_id}",
-                              daemon=True)
-    reader.start()
+
+async def follow(fut: TaskFuture, client: Client | None = None) -> AsyncIterator[Event]:
+    """The updates of a submitted task (or an attachment), each once and in order, then
+    its end. With ``client`` (the one that submitted or attached) a queen's failover
+    loses nothing past the cursor: the updates the new leader got before this client
+    was back are read from it (an attachment from the cursor), and an attachment, which
+    a new leader does not know of, is made again there."""
+    loop = asyncio.get_running_loop()
+    last = fut.last_seq if isinstance(fut, Attachment) else 0
+    epoch = client.epoch if client is not None else ""
+    src = _Pump(fut, loop)
     try:
         while True:
-            u = await q.get()
-            if u is None:
+            item: Any
+            try:
+                item = await asyncio.wait_for(src.q.get(), TICK if client else None)
+            except TimeoutError:
+                item = _TICK
+            if client is not None and client.epoch and client.epoch != epoch:
+                epoch = client.epoch
+                att = await attach(client, fut.task_id, last)
+                if isinstance(src.fut, Attachment):
+                    src.stop()
+                    src = _Pump(att, loop)  # follow the new leader's attachment instead
+                    continue
+                for u in await kept(client, att):
+                    if u.seq > last:
+                        last = u.seq
+                        yield u
+                if not att.done():
+                    client._detach(att)
+            if item is _TICK:
+                continue
+            if item is None:
                 break
-            yield u
+            if item.seq > last or item.seq == 0:
+                last = max(last, item.seq)
+                yield item
         try:
-            value = await asyncio.wrap_future(fut)
+            value = await asyncio.wrap_future(src.fut)
         except MeshantError as e:
             yield Ended(error=e)
         else:
             yield Ended(value=value)
     finally:
-        if reader.is_alive():
-            # The stream's reader went away: stop waiting for this future's updates.
-            fut._updates.put(None)
+        src.stop()
+
+
+PATIENCE = 30.0  # seconds a read waits through a queen's failover before giving up
+
+
+async def patiently(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``fn(*args)`` in a thread, asked again while the queen does not answer (a standby
+    taking over answers after its lease runs out), for at most PATIENCE seconds."""
+    from meshant.errors import Timeout
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PATIENCE
+    while True:
+        try:
+            return await asyncio.to_thread(fn, *args, **kw)
+        except Timeout:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def attach(client: Client, task_id: str, after: int = 0) -> Attachment:
-    return await asyncio.to_thread(client.attach, task_id, after)
+    """Follow a task from a cursor (waiting through a failover)."""
+    att: Attachment = await patiently(client.attach, task_id, after)
+    return att
 
 
 def payload_text(value: Any) -> str:
@@ -267,6 +349,21 @@ def jsonable(value: Any) -> Any:
                                  if isinstance(v, bytes) else str(v)))
 
 
-__all__ = ["ACT", "READ", "Caller", "Callers", "ColonyLink", "Ended", "Event", "attach",
-           "catalog_of", "check_payload", "follow", "jsonable", "payload_text",
-           "read_token_file"]
+__all__ = [
+    "ACT",
+    "PATIENCE",
+    "READ",
+    "Caller",
+    "Callers",
+    "ColonyLink",
+    "Ended",
+    "Event",
+    "attach",
+    "catalog_of",
+    "check_payload",
+    "follow",
+    "jsonable",
+    "patiently",
+    "payload_text",
+    "read_token_file",
+]
