@@ -66,7 +66,10 @@ def guarded(app: ASGIApp, host: str, callers: Callers, limits: Limits,
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0 picks a free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off only on sockets whose proto says
+    # TCP, and an accepted socket inherits it. Left on, every response on a kept-alive
+    # connection waits out the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(min(1024, 128))
