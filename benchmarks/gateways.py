@@ -146,7 +146,7 @@ def main() -> None:
     finally:
         _procs.stop(procs)
     base = rows["native"]["p50_ms"]
-    for name, r in rows.items():
+    for r in rows.values():
         r["p50_over_native_ms"] = r["p50_ms"] - base
     if args.json:
         print(json.dumps(rows))
