@@ -586,14 +586,21 @@ def test_forager_mcp_wraps_an_sdk_server(procs: Procs) -> None:
             c.run("broken", {"x": 1}, result_timeout=30)
 
 
-@pytest.mark.slow
-def test_forager_a2a_wraps_an_sdk_agent(procs: Procs) -> None:
+def _wrapped_agent(procs: Procs) -> str:
+    """The SDK-written A2A agent, a queen, and a forager serving the agent's skills:
+    the queen's endpoint."""
     agent = subprocess.Popen([sys.executable, str(HERE / "sdk_a2a_agent.py")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.all.append(agent)
     url = _procs.read_json_line(agent, 30)["url"]
     _, queen = procs.queen()
     procs.forager(queen, "--a2a", url)
+    return queen
+
+
+@pytest.mark.slow
+def test_forager_a2a_wraps_an_sdk_agent(procs: Procs) -> None:
+    queen = _wrapped_agent(procs)
     with Client(queen) as c:
         [f] = c.tool_query("shout")
         assert f["description"] == "Shout the words."
@@ -613,12 +620,7 @@ def test_forager_a2a_wraps_an_sdk_agent(procs: Procs) -> None:
 def test_a_gateway_in_front_of_a_wrapped_agent(procs: Procs) -> None:
     """meshant a2a in front of a colony whose forager wraps an A2A agent: the A2A
     client's input-required goes through two colonies' worth of protocols."""
-    agent = subprocess.Popen([sys.executable, str(HERE / "sdk_a2a_agent.py")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    procs.all.append(agent)
-    url = _procs.read_json_line(agent, 30)["url"]
-    _, queen = procs.queen()
-    procs.forager(queen, "--a2a", url)
+    queen = _wrapped_agent(procs)
     _, info = procs.start("a2a", "--queen", queen, "--listen", "127.0.0.1:0", "--json")
     gw = str(info["a2a"]).rstrip("/")
     [ev] = run(_send(gw, "quiet please", "shout"))

@@ -90,6 +90,17 @@ def callers_of(host: str, token: str | None, token_file: str | None,
     return Callers(tokens, anon)
 
 
+def _address(listen: str) -> tuple[str, int]:
+    """--listen's [HOST:]PORT (a bare PORT is on loopback)."""
+    from meshant.observe.server import parse_http
+
+    try:
+        return parse_http(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e).replace("--http", "--listen"),
+                                 param_hint="--listen") from None
+
+
 def _link(conn: Connection, name: str | None, refresh: float) -> Any:
     from meshant.gateways.colony import ColonyLink
 
@@ -130,13 +141,7 @@ def a2a_cmd(conn: Connection, listen: str, allow_host: tuple[str, ...], token: s
       meshant a2a --listen 127.0.0.1:8470
     """
     _need("a2a", "a2a")
-    from meshant.observe.server import parse_http
-
-    try:
-        host, port = parse_http(listen)
-    except ValueError as e:
-        raise click.BadParameter(str(e).replace("--http", "--listen"),
-                                 param_hint="--listen") from None
+    host, port = _address(listen)
     callers = callers_of(host, token, token_file, anonymous)
     link = _link(conn, name, refresh)
     try:
@@ -215,13 +220,7 @@ def mcp_cmd(conn: Connection, listen: str | None, allow_host: tuple[str, ...],
                                          "is the host that started it", param_hint="--token")
             asyncio.run(_serve_mcp_stdio(link, wait))
             return
-        from meshant.observe.server import parse_http
-
-        try:
-            host, port = parse_http(listen)
-        except ValueError as e:
-            raise click.BadParameter(str(e).replace("--http", "--listen"),
-                                     param_hint="--listen") from None
+        host, port = _address(listen)
         callers = callers_of(host, token, token_file, anonymous)
         asyncio.run(_serve_mcp_http(link, host, port, callers, allow_host, max_body, wait,
                                     as_json))

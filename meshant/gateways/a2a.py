@@ -1,7 +1,8 @@
 """``meshant a2a``: an A2A server in front of a colony, on the official ``a2a-sdk``.
 
 A2A protocol 1.0 (the SDK's ``PROTOCOL_VERSION_CURRENT``), over the JSON-RPC binding
-(with server-sent events for streaming) and the HTTP+JSON binding; the SDK's routes
+(with server-sent events for streaming; 0.3 clients through the SDK's adapter) and the
+HTTP+JSON binding; the SDK's routes
 parse, validate and frame every request and answer every error; this module is its
 ``RequestHandler`` over the colony:
 
@@ -545,14 +546,16 @@ def app(link: ColonyLink, base_url: str, name: str = "meshant",
     ]
     # The capabilities' own agents first: the root's HTTP+JSON routes end with a
     # catch-all (a tenant prefix) that would take their paths.
-    for rpc in create_jsonrpc_routes(handler, "/agents/{cap}/", context_builder=builder):
+    for rpc in create_jsonrpc_routes(handler, "/agents/{cap}/", context_builder=builder,
+                                     enable_v0_3_compat=True):
         assert isinstance(rpc, Route)
         routes.append(Route(rpc.path, _Known(rpc.app), methods=["POST"]))
     for rest in create_rest_routes(handler, context_builder=builder,
                                    path_prefix="/agents/{cap}/rest"):
         if isinstance(rest, Route):
             routes.append(Route(rest.path, _Known(rest.app), methods=list(rest.methods or ())))
-    routes += [*create_jsonrpc_routes(handler, "/", context_builder=builder),
+    routes += [*create_jsonrpc_routes(handler, "/", context_builder=builder,
+                                      enable_v0_3_compat=True),
                *create_rest_routes(handler, context_builder=builder, path_prefix="/rest")]
     return Starlette(routes=routes)
 
