@@ -348,7 +348,7 @@ class ColonyAgent(RequestHandler):
         view, fut, client = await self._start(params, context)
         if params.configuration.return_immediately:
             return view.task()
-        async for e in follow(fut, client):
+        async for e in follow(fut, client, self.link):
             view.event(e)
             if view.state in FINAL or view.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 break
@@ -363,7 +363,7 @@ class ColonyAgent(RequestHandler):
 
     async def _events(self, view: TaskView, fut: TaskFuture, client: Client,
                       stop_on_input: bool) -> AsyncIterator[Any]:
-        async for e in follow(fut, client):
+        async for e in follow(fut, client, self.link):
             for ev in view.event(e):
                 yield ev
             if view.state in FINAL or (stop_on_input and view.state
@@ -423,7 +423,7 @@ class ColonyAgent(RequestHandler):
         view = TaskView(params.id, params.id, st.get("capability", ""))
         try:
             async with asyncio.timeout(10):
-                async for ev in follow(att, client):
+                async for ev in follow(att, client, self.link):
                     view.event(ev)
         except TimeoutError:  # a handler that ignores cancels: it is still running
             view.state = STATES.get(att.state, TaskState.TASK_STATE_WORKING)

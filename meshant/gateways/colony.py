@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -102,6 +103,8 @@ class ColonyLink:
         self.catalog: dict[str, dict[str, Any]] = {}
         self._watchers: list[Callable[[], Any]] = []
         self._task: asyncio.Task[None] | None = None
+        # Task id -> what wakes the coroutine that follows it (see follow()).
+        self.wakers: dict[str, Callable[[], None]] = {}
 
     def client(self, caller: Caller | None = None) -> Client:
         """The connected client of ``caller`` (None: the gateway's own identity)."""
@@ -115,9 +118,15 @@ class ColonyLink:
                 kw["name"] = key[0]
             if key[1] is not None:
                 kw["curve_secret"] = key[1]
-            c = Client(self.queen, **kw)
+            c = Client(self.queen, on_progress=self._woken, **kw)
             self._clients[key] = c
             return c
+
+    def _woken(self, task_id: str, _update: Update) -> None:
+        """A submitted task's update is in its future (the client's I/O thread)."""
+        wake = self.wakers.get(task_id)
+        if wake is not None:
+            wake()
 
     def close(self) -> None:
         if self._task is not None:
@@ -230,9 +239,47 @@ class _Pump:
                                        daemon=True)
         self.thread.start()
 
+    async def get(self, timeout: float | None) -> Update | object | None:
+        try:
+            return await asyncio.wait_for(self.q.get(), timeout)
+        except TimeoutError:
+            return _TICK
+
     def stop(self) -> None:
         if self.thread.is_alive():
             self.fut._updates.put(None)  # nobody reads on: end the thread's wait
+
+
+class _Woken:
+    """A submitted task's updates read from its future without a thread: the client's
+    ``on_progress`` (an update arrived) and the future's end wake the loop."""
+
+    def __init__(self, fut: TaskFuture, loop: asyncio.AbstractEventLoop,
+                 wakers: dict[str, Callable[[], None]]) -> None:
+        self.fut = fut
+        self.event = asyncio.Event()
+        self.wakers = wakers
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self.event.set)
+
+        wakers[fut.task_id] = wake
+        fut.add_done_callback(lambda _f: wake())
+
+    async def get(self, timeout: float | None) -> Update | object | None:
+        while True:
+            self.event.clear()  # cleared before looking: a wake after the look is kept
+            try:
+                return self.fut._updates.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                await asyncio.wait_for(self.event.wait(), timeout)
+            except TimeoutError:
+                return _TICK
+
+    def stop(self) -> None:
+        self.wakers.pop(self.fut.task_id, None)
 
 
 _TICK = object()
@@ -259,23 +306,23 @@ async def kept(client: Client, att: Attachment, wait: float = 5.0) -> list[Updat
     return out
 
 
-async def follow(fut: TaskFuture, client: Client | None = None) -> AsyncIterator[Event]:
+async def follow(fut: TaskFuture, client: Client | None = None,
+                 link: ColonyLink | None = None) -> AsyncIterator[Event]:
     """The updates of a submitted task (or an attachment), each once and in order, then
     its end. With ``client`` (the one that submitted or attached) a queen's failover
     loses nothing past the cursor: the updates the new leader got before this client
     was back are read from it (an attachment from the cursor), and an attachment, which
-    a new leader does not know of, is made again there."""
+    a new leader does not know of, is made again there. With ``link`` (whose client
+    submitted it) a submitted task is followed without a thread of its own."""
     loop = asyncio.get_running_loop()
     last = fut.last_seq if isinstance(fut, Attachment) else 0
     epoch = client.epoch if client is not None else ""
-    src = _Pump(fut, loop)
+    src: _Pump | _Woken = (_Woken(fut, loop, link.wakers)
+                           if link is not None and not isinstance(fut, Attachment)
+                           else _Pump(fut, loop))
     try:
         while True:
-            item: Any
-            try:
-                item = await asyncio.wait_for(src.q.get(), TICK if client else None)
-            except TimeoutError:
-                item = _TICK
+            item: Any = await src.get(TICK if client else None)
             if client is not None and client.epoch and client.epoch != epoch:
                 epoch = client.epoch
                 att = await attach(client, fut.task_id, last)

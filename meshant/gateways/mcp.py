@@ -217,7 +217,7 @@ class ColonyTools:
                    fut: Any) -> types.CallToolResult | types.InputRequiredResult:
         session = ctx.session
         try:
-            async for e in follow(fut, client):
+            async for e in follow(fut, client, self.link):
                 if isinstance(e, Ended):
                     if e.error is None:
                         return _result(about, e.value)
