@@ -627,3 +627,51 @@ def test_a_gateway_in_front_of_a_wrapped_agent(procs: Procs) -> None:
     assert "exclamation" in _data(ev.task.status.message.parts)
     [ev] = run(_send(gw, "no", task_id=ev.task.id))
     assert _data(ev.task.artifacts[-1].parts) == "QUIETPLEASE"
+
+
+@pytest.mark.slow
+def test_a2a_callers_carry_their_curve_keys_rights(procs: Procs, tmp_path: Path) -> None:
+    """With CURVE, each token's caller acts with its own key: the queen's rights table
+    lets bob (a client key) not cancel alice's task, and ops (an admin key) cancel it."""
+    from a2a.types.a2a_pb2 import CancelTaskRequest, SendMessageRequest, TaskState
+    from a2a.utils.errors import InvalidRequestError
+
+    from meshant.adapters.security import generate
+
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    authorized.mkdir()
+    queen_pub, queen_sec = generate(keys, "queen")
+    secrets: dict[str, str] = {}
+    for name, role in (("alice", "client"), ("bob", "client"), ("ops", "admin"),
+                       ("gw", "client"), ("worker", "forager")):
+        pub, sec = generate(keys, name, (role,))
+        (authorized / pub.name).write_bytes(pub.read_bytes())
+        secrets[name] = str(sec)
+    _, ep = procs.queen("--curve-secret", str(queen_sec), "--authorized", str(authorized))
+    curve = ("--queen-key", str(queen_pub))
+    procs.forager(ep, "--app", APP, "--name", "worker-1", "--curve-secret", secrets["worker"],
+                  *curve)
+    tokens = {who: who[0] * 24 for who in ("alice", "bob", "ops")}
+    (tmp_path / "tokens").write_text("".join(f"{t} {who} {secrets[who]}\n"
+                                             for who, t in tokens.items()))
+    _, info = procs.start("a2a", "--queen", ep, "--listen", "127.0.0.1:0", "--json",
+                          "--curve-secret", secrets["gw"], *curve,
+                          "--token-file", str(tmp_path / "tokens"))
+    url = str(info["a2a"]).rstrip("/")
+
+    async def go() -> tuple[str, Any]:
+        alice = await _client(url, streaming=False, token=tokens["alice"])
+        bob = await _client(url, streaming=False, token=tokens["bob"])
+        ops = await _client(url, streaming=False, token=tokens["ops"])
+        try:
+            [ev] = [e async for e in alice.send_message(SendMessageRequest(
+                message=_msg(30, "hold"), configuration={"return_immediately": True}))]
+            with pytest.raises(InvalidRequestError, match="forbidden"):
+                await bob.cancel_task(CancelTaskRequest(id=ev.task.id))
+            return ev.task.id, await ops.cancel_task(CancelTaskRequest(id=ev.task.id))
+        finally:
+            for c in (alice, bob, ops):
+                await _close(c)
+
+    _, cancelled = run(go())
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
