@@ -211,6 +211,9 @@ BAD_INPUT: list[tuple[str, list[str], str]] = [
     # (command, its arguments (QUEEN: a running queen), what the error line says)
     ("queen", ["--bind", "nonsense"], "not a ZeroMQ endpoint"),
     ("forager", ["--queen", "QUEEN", "--app", "no_such_module:forager"], "cannot import"),
+    ("a2a", ["--queen", "QUEEN", "--listen", "nope"], "--listen"),
+    ("mcp", ["--queen", "QUEEN", "--listen", "127.0.0.1:0", "--token", "short"],
+     "at least 16 characters"),
     ("submit", ["--queen", "QUEEN", "echo", "hello"], "'\"hello\"'"),
     ("status", ["--queen", "tcp://x"], "not a ZeroMQ endpoint"),
     ("cancel", ["--queen", "QUEEN", "no-such-task"], "no such task or graph"),

@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("meshant.storage",),
     ("meshant.adapters", "meshant.observe"),
     ("meshant.actors",),
-    ("meshant.apps", "meshant.conformance", "meshant.sim", "meshant.testing"),
+    ("meshant.apps", "meshant.conformance", "meshant.sim", "meshant.testing",
+     "meshant.gateways"),
     ("meshant.cli",),
     ("meshant", "meshant.__main__"),
 ]

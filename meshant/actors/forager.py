@@ -27,6 +27,7 @@ from meshant.actors._boundary import translated
 from meshant.actors._peer import Peer
 from meshant.actors.capability import BatchRegister, Register
 from meshant.actors.config import ForagerConfig, settle
+from meshant.actors.describe import describe
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, positional_args
 from meshant.actors.workers import Workers
@@ -123,15 +124,21 @@ class Forager(Peer):
     @overload
     def task(self, capability: str, *, batch: None = None, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             description: str | None = None, schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None,
              ) -> Register: ...
 
     @overload
     def task(self, capability: str, *, batch: int, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             description: str | None = None, schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None,
              ) -> BatchRegister: ...
 
     def task(self, capability: str, *, batch: int | None = None, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+             description: str | None = None, schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None,
              ) -> Register | BatchRegister:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
@@ -148,18 +155,27 @@ class Forager(Peer):
         of those (while the task's attempts last). A lost forager or an expired lease is
         always retried.
 
+        The capability describes itself to the colony (``meshant status``, ``tool.query``,
+        the A2A and MCP gateways): ``description`` (one line; default the docstring's
+        first paragraph), ``schema`` (a JSON Schema of the payload; default derived from
+        the first parameter's type hint) and ``result_schema`` (default from the return
+        annotation). A schema over 8 KiB as JSON is refused (ConfigError).
+
         The decorated name becomes a :class:`~meshant.Capability`: it still calls the
         function, and a client submits by it (``client.run(crawl, url)``) with the
         handler's payload and result types.
         """
         def add(fn: Callable[..., Any]) -> None:
-            self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on)
+            self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on,
+                             description=description, schema=schema,
+                             result_schema=result_schema)
         return Register(capability, add) if batch is None else BatchRegister(capability, add)
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
                     batch: int | None = None, inline: bool = False,
                     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
-                    ) -> None:
+                    description: str | None = None, schema: dict[str, Any] | None = None,
+                    result_schema: dict[str, Any] | None = None) -> None:
         """Serve ``capability`` with ``fn``; see :meth:`task`."""
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
@@ -170,7 +186,9 @@ class Forager(Peer):
         on = (retry_on,) if isinstance(retry_on, type) else tuple(retry_on)
         if not all(isinstance(t, type) and issubclass(t, BaseException) for t in on):
             raise ConfigError(f"retry_on takes exception classes, not {retry_on!r}")
-        self.handlers[capability] = Handler.of(fn, batch, inline, on)
+        about = describe(capability, fn, description=description, schema=schema,
+                         result_schema=result_schema, batch=batch is not None)
+        self.handlers[capability] = Handler.of(fn, batch, inline, on, about)
 
     def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
@@ -200,7 +218,9 @@ class Forager(Peer):
         if not self.handlers:
             raise ConfigError("no handlers: register one with @forager.task(capability)")
         self._fs = ForagerSession(list(self.handlers), self.slots, self.labels,
-                                  serves=self.handlers)
+                                  serves=self.handlers,
+                                  describe={c: h.about for c, h in self.handlers.items()
+                                            if h.about})
         self._pool = Workers(self.slots, f"meshant-{self.name}")
 
     @translated("the forager")

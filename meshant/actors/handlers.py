@@ -280,13 +280,17 @@ class Handler:
     # Exceptions the queen should retry (while attempts are left); any other fails the
     # task at once.
     retry_on: tuple[type[BaseException], ...] = ()
+    # What the hello says of the capability: description, payload and result schemas
+    # (meshant.actors.describe); empty when nothing is known.
+    about: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool,
-           retry_on: tuple[type[BaseException], ...] = ()) -> Handler:
+           retry_on: tuple[type[BaseException], ...] = (),
+           about: dict[str, Any] | None = None) -> Handler:
         """``fn`` is given the context if it requires a second positional argument."""
         return cls(fn, batch, inspect.iscoroutinefunction(fn), positional_args(fn, 2) >= 2,
-                   inline, retry_on)
+                   inline, retry_on, about or None)
 
     def failed(self, e: BaseException) -> dict[str, Any]:
         """The result body of a task this handler failed with ``e``."""

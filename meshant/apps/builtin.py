@@ -14,10 +14,12 @@ class DemoError(Exception):
 
 
 def echo(payload: Any) -> Any:
+    """Return the payload as it came."""
     return payload
 
 
 def sleep(payload: Any, ctx: TaskContext) -> Any:
+    """Wait {"seconds": N} (default 1) seconds, cancellably, then return the payload."""
     seconds = float(payload.get("seconds", 1.0)) if isinstance(payload, dict) else 1.0
     if ctx.cancelled.wait(max(0.0, seconds)):
         raise DemoError("cancelled while sleeping")
@@ -25,13 +27,14 @@ def sleep(payload: Any, ctx: TaskContext) -> Any:
 
 
 def fail(payload: Any) -> Any:
+    """Fail on purpose, with {"message": TEXT} (or the payload) as the error."""
     message = payload.get("message", "failed on purpose") if isinstance(payload, dict) else (
         str(payload))
     raise DemoError(message)
 
 
 def stream(payload: Any, ctx: TaskContext) -> Any:
-    """Streams words as partial results, like a language model streaming tokens."""
+    """Stream {"text": TEXT}'s words as partial results, like a model streaming tokens."""
     text = payload.get("text", "") if isinstance(payload, dict) else str(payload or "")
     delay = float(payload.get("delay", 0.01)) if isinstance(payload, dict) else 0.01
     words = text.split()

@@ -23,6 +23,7 @@ from meshant.cli import (
     discover,
     dlq,
     forager,
+    gateways,
     graph,
     journal,
     keys,
@@ -68,7 +69,7 @@ def main(verbose: int) -> None:
 
 
 for _module in (queen, forager, tasks, converse, graph, control, dlq, journal, keys, discover, demo,
-                bench, conformance, top):
+                bench, conformance, top, gateways):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

@@ -97,18 +97,29 @@ def _overrides(conn: Connection, app: Forager, name: str | None, slots: int,
 @click.option("--subscribe", "subscriptions", multiple=True, metavar="PREFIX",
               help="Print broadcasts whose topic starts with PREFIX as JSON lines "
                    "(repeatable; '' for all).")
+@click.option("--mcp", "mcp_command", metavar="'COMMAND ARGS'",
+              help="Serve every tool of this MCP server (started as a subprocess, spoken "
+                   "to over stdio) as a capability (needs meshant[mcp]).")
+@click.option("--a2a", "a2a_url", metavar="URL",
+              help="Serve every skill of the A2A agent at URL (its card at "
+                   "URL/.well-known/agent-card.json) as a capability (needs meshant[a2a]).")
 @click.option("--drain-timeout", type=float, default=600.0, show_default=True,
               help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
 @JSON_OPT
 def forager(conn: Connection, app: str | None, name: str | None, slots: int,
             label_values: tuple[str, ...], builtins: bool | None,
-            subscriptions: tuple[str, ...], drain_timeout: float, as_json: bool) -> None:
+            subscriptions: tuple[str, ...], mcp_command: str | None, a2a_url: str | None,
+            drain_timeout: float, as_json: bool) -> None:
     """Run a forager that serves tasks for the queen.
 
     With --app naming a Forager object, that forager runs as the module built it: its
     queen, name, slots, labels, handlers, broadcast handlers (@forager.on) and message
     callbacks; an option given here (or its environment variable) changes just that
     setting.
+
+    With --mcp or --a2a an existing MCP server or A2A agent joins the colony: its tools
+    or skills become capabilities (with their descriptions and schemas), and the
+    colony's leases, retries, dead letters, rights and dashboard hold for them.
 
     SIGTERM drains it (finish running tasks, take no new ones, leave); Ctrl-C stops it at
     once and hands its running tasks back to the queen.
@@ -134,7 +145,8 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
             raise click.BadParameter(str(e), param_hint="--subscribe") from None
     if app is not None and not isinstance(target, Forager):
         _serve(f, app, target)
-    if builtins or (builtins is None and app is None):
+    wrapped = _wrap(f, mcp_command, a2a_url)
+    if builtins or (builtins is None and app is None and wrapped is None):
         add_builtins(f)
     ready = threading.Thread(target=_announce, args=(f, as_json), daemon=True)
     ready.start()
@@ -142,9 +154,37 @@ def forager(conn: Connection, app: str | None, name: str | None, slots: int,
         f.run(drain_timeout=drain_timeout)
     except MeshantError as e:
         raise click.ClickException(str(e)) from None
+    finally:
+        if wrapped is not None:
+            wrapped.close()
     if f.refusal is not None:
         raise click.ClickException(str(f.refusal))
     click.echo(f"meshant forager {f.name!r} stopped", err=True)
+
+
+def _wrap(f: Forager, mcp_command: str | None, a2a_url: str | None) -> Any:
+    """Start the MCP server or reach the A2A agent, and serve what it offers on ``f``."""
+    if mcp_command is not None and a2a_url is not None:
+        raise click.UsageError("give --mcp or --a2a, not both (run two foragers)")
+    if mcp_command is None and a2a_url is None:
+        return None
+    import importlib.util
+
+    extra, module = ("mcp", "mcp") if mcp_command is not None else ("a2a", "a2a")
+    if importlib.util.find_spec(module) is None:
+        raise click.ClickException(f"--{extra} needs the {extra!r} extra: "
+                                   f"pip install 'meshant[{extra}]'")
+    from meshant.gateways.wrap import A2AWrap, MCPWrap
+
+    w: Any = MCPWrap(mcp_command) if mcp_command is not None else A2AWrap(str(a2a_url))
+    what = f"the MCP server {mcp_command!r}" if mcp_command else f"the A2A agent {a2a_url}"
+    try:
+        w.start()
+        w.serve_on(f)
+    except Exception as e:
+        w.close()
+        raise click.ClickException(f"cannot serve {what}: {type(e).__name__}: {e}") from None
+    return w
 
 
 def _print_broadcast(topic: str, data: Any, msg: Any) -> None:

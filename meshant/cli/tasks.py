@@ -274,6 +274,12 @@ def status(conn: Connection, as_json: bool) -> None:
         for f in st["foragers"]:
             click.echo(f"  {f['name']:30} {f['state']:9} {f['slots']:5} {f['in_flight']:5} "
                        f"{f['last_seen_age']:5.1f}s  {','.join(f['tools'])}")
+        described = {t: d.get("description", "") for f in st["foragers"]
+                     for t, d in (f.get("describe") or {}).items()}
+        if described:
+            click.echo("capabilities:")
+            for t, text in sorted(described.items()):
+                click.echo(f"  {t:20} {text}")
     gone = [g for g in st.get("recently_gone") or [] if g.get("role") != "client"]
     if gone:
         click.echo("recently offline: " + ", ".join(g["name"] for g in gone[-5:]))

@@ -70,7 +70,8 @@ class Admission:
                    slots=decision.slots, tools=frozenset(decision.tools),
                    labels=decision.labels, host=str(body.get("host", "")),
                    pid=int(body.get("pid", 0)), version=decision.version,
-                   features=frozenset(decision.features), session=session, key=req.key)
+                   features=frozenset(decision.features), session=session, key=req.key,
+                   describe=decision.describe or None)
         # The same peer again: on this connection, or reconnected on a fresh one.
         previous = req.node
         if previous is None:

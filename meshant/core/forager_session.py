@@ -105,13 +105,16 @@ class ForagerSession:
 
     def __init__(self, tools: list[str], slots: int, labels: dict[str, Any] | None = None,
                  *, accept_delay: float = ACCEPT_DELAY,
-                 serves: Container[str] | None = None) -> None:
+                 serves: Container[str] | None = None,
+                 describe: dict[str, dict[str, Any]] | None = None) -> None:
         """``tools``: the capabilities the hello announces; ``serves``: those it has a
-        handler for when an assignment comes (default: ``tools``)."""
+        handler for when an assignment comes (default: ``tools``); ``describe``: what the
+        hello says of each (description, payload and result schemas)."""
         self.tools = sorted(tools)
         self._serves: Container[str] = frozenset(tools) if serves is None else serves
         self.slots = slots
         self.labels = dict(labels or {})
+        self.describe = dict(describe or {})
         self.accept_delay = accept_delay
         self.features: frozenset[str] = frozenset()
         self.running: dict[str, Run] = {}
@@ -142,8 +145,11 @@ class ForagerSession:
         """The forager's part of its hello: tasks still running, and finished ones whose
         results wait to be sent (a queen that knows them adopts them instead of running
         them again; one that does not takes their answers for an old run's)."""
-        return {"slots": self.slots, "tools": self.tools, "labels": self.labels,
-                "running": self._held()}
+        body: dict[str, Any] = {"slots": self.slots, "tools": self.tools,
+                                "labels": self.labels, "running": self._held()}
+        if self.describe:  # a queen that does not know the field ignores it
+            body["describe"] = self.describe
+        return body
 
     def hb_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"slots": self.slots, "in_flight": len(self.running),

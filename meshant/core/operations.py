@@ -38,7 +38,8 @@ class Operations:
     def tool_query(self, req: Request) -> None:
         tool = req.msg.b["tool"]
         foragers = [{"name": n.name, "slots": n.slots, "in_flight": n.busy,
-                     "labels": n.labels, "state": n.state}
+                     "labels": n.labels, "state": n.state,
+                     **((n.describe or {}).get(tool) or {})}
                     for n in self.state.registry.serving(tool)]
         self.state.send(req.node, p.Message("tool.reply", {"tool": tool,
                                                            "foragers": foragers},

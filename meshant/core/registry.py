@@ -51,6 +51,8 @@ class Node:
     timeout: float = 0.0
     session: str = ""
     key: bytes | None = None
+    # What its hello said of each capability (description, payload and result schemas).
+    describe: dict[str, dict[str, Any]] | None = None
 
     @property
     def free(self) -> int:
@@ -72,6 +74,7 @@ class Node:
             "codec": self.codec,
             "features": sorted(self.features),
             "last_seen_age": round(max(0.0, now - self.last_seen), 3),
+            **({"describe": self.describe} if self.describe else {}),
         }
 
 

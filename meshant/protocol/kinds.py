@@ -44,7 +44,7 @@ KINDS: tuple[Kind, ...] = (
          (_f("role", str, True), _f("versions", list, True), _f("name", str),
           _f("codecs", list), _f("features", list), _f("slots", int), _f("tools", list),
           _f("labels", dict), _f("host", str), _f("pid", int), _f("running", list),
-          _f("session", str))),
+          _f("session", str), _f("describe", dict))),
     Kind("welcome", 2, "queen accepts a hello and states the negotiated terms",
          (_f("version", int, True), _f("features", list, True), _f("hb_interval", _NUM, True),
           _f("hb_misses", int, True), _f("assign_timeout", _NUM, True), _f("epoch", str, True),

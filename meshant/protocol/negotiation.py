@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,11 @@ FEATURES = ("batch", "progress", "blobs", "mem.sync", "broadcast")
 CODECS = ("msgpack",)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 RESERVED_NAMES = frozenset({"queen", "*", "all"})
+# What a hello may say of its capabilities (``describe``): a one-line description and
+# JSON Schemas of the payload and result. Bounded, so a hello stays small.
+DESCRIBE_KEYS = ("description", "payload", "result")
+DESCRIBE_MAX = 64 * 1024  # bytes of the whole ``describe`` map as compact JSON
+DESCRIPTION_MAX = 1000  # characters of one description
 
 # Refusal codes (stable, machine-readable).
 NO_COMMON_VERSION = "no-common-version"
@@ -54,6 +60,7 @@ class Welcome:
     slots: int = 0
     tools: tuple[str, ...] = ()
     labels: dict[str, Any] = field(default_factory=dict)
+    describe: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def body(self, terms: QueenTerms) -> dict[str, Any]:
         return {
@@ -102,6 +109,9 @@ def negotiate(hello: dict[str, Any], terms: QueenTerms, fallback_name: str) -> W
     tools = hello.get("tools") or []
     if not all(isinstance(t, str) and t for t in tools):
         return Refusal(BAD_HELLO, "tools must be a list of non-empty strings")
+    describe = check_describe(hello.get("describe"), tools)
+    if isinstance(describe, Refusal):
+        return describe
     return Welcome(
         version=common[-1],
         features=features,
@@ -110,4 +120,37 @@ def negotiate(hello: dict[str, Any], terms: QueenTerms, fallback_name: str) -> W
         slots=slots,
         tools=tuple(tools),
         labels=dict(hello.get("labels") or {}),
+        describe=describe,
     )
+
+
+def check_describe(value: Any, tools: list[str]) -> dict[str, dict[str, Any]] | Refusal:
+    """A hello's ``describe`` map, kept only for the tools it announces and only the known
+    keys of each; a Refusal when it is malformed or over DESCRIBE_MAX bytes."""
+    if not value:
+        return {}
+    if not isinstance(value, dict):
+        return Refusal(BAD_HELLO, "describe must be a map of capability to description")
+    try:
+        size = len(json.dumps(value, separators=(",", ":")))
+    except (TypeError, ValueError):
+        return Refusal(BAD_HELLO, "describe must hold JSON values only")
+    if size > DESCRIBE_MAX:
+        return Refusal(BAD_HELLO, f"describe is {size:,} bytes as JSON, over the "
+                       f"{DESCRIBE_MAX:,} a hello may carry: give smaller schemas")
+    out: dict[str, dict[str, Any]] = {}
+    for tool, about in value.items():
+        if tool not in tools:
+            continue
+        if not isinstance(about, dict):
+            return Refusal(BAD_HELLO, f"describe[{tool!r}] must be a map")
+        kept = {k: about[k] for k in DESCRIBE_KEYS if about.get(k) is not None}
+        text = kept.get("description")
+        if text is not None and (not isinstance(text, str) or len(text) > DESCRIPTION_MAX):
+            return Refusal(BAD_HELLO, f"describe[{tool!r}].description must be a string of "
+                           f"at most {DESCRIPTION_MAX} characters")
+        if any(not isinstance(kept.get(k, {}), dict) for k in ("payload", "result")):
+            return Refusal(BAD_HELLO, f"describe[{tool!r}]: a schema must be a map")
+        if kept:
+            out[tool] = kept
+    return out

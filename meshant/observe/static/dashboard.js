@@ -67,7 +67,10 @@
     rows("foragers", s.foragers, (tr, f) => {
       tr.dataset.name = f.name;
       cell(tr, f.name); cell(tr, f.state, "s-" + f.state); cell(tr, f.slots);
-      cell(tr, f.in_flight); cell(tr, f.tools.join(" "));
+      cell(tr, f.in_flight);
+      // Each capability's own description (its hello's describe), on hover.
+      cell(tr, f.tools.join(" ")).title = Object.entries(f.describe || {})
+        .map(([k, v]) => k + ": " + (v.description || "")).join("\n");
       cell(tr, Object.entries(f.labels || {}).map(([k, v]) => k + "=" + v).join(" "));
       cell(tr, fmtSecs(f.last_seen_age) + " ago"); cell(tr, f.breaker, "s-" + f.breaker);
       const td = cell(tr, "", "act");
