@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from meshant.core import admission, client_session, conversations, graph_book, inbox, lease
+from meshant.core import (
+    admission,
+    client_session,
+    conversation,
+    conversations,
+    graph_book,
+    inbox,
+    lease,
+)
 from meshant.core import scheduler as scheduler_mod
 from meshant.sim import run as simrun
 from meshant.sim.run import DEFAULT, Profile, Result, run_seed, shrink
@@ -188,6 +196,17 @@ def test_mutant_a_handler_failure_is_retried_against_its_policy(
     # Every handler exception retried (the old default), or none (opt-in ignored).
     mutate(scheduler_mod, "retries", lambda task, err: verdict)
     _caught(DEFAULT.only("kill-forager", faults=(0, 2)), 60, invariant)
+
+
+@pytest.mark.slow
+def test_mutant_a_task_taken_back_hides_its_journaled_updates(mutate: Any) -> None:
+    # The bug a gateway test found across a failover: a task taken back from the journal
+    # began a fresh update log at its first new update, so an attach from 0 skipped the
+    # journaled ones without a cursor-expired.
+    mutate(conversation.UpdateLogs, "begin_behind",
+           lambda self, task_id, seq: None)
+    _caught(DEFAULT.only("kill-queen", "crash-mid-turn", faults=(1, 3), asks=1.0,
+                         attaches=1.0), 300, "attach-gapless")
 
 
 def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) -> None:

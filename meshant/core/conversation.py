@@ -92,12 +92,15 @@ class UpdateLog:
     """One task's updates, oldest first, bounded in count and bytes: ``dropped`` is the
     highest sequence number no longer kept (0: nothing dropped)."""
 
-    __slots__ = ("bytes", "dropped", "entries")
+    __slots__ = ("behind", "bytes", "dropped", "entries")
 
     def __init__(self) -> None:
         self.entries: deque[tuple[int, str, dict[str, Any], int]] = deque()
         self.bytes = 0
         self.dropped = 0
+        # The updates up to ``dropped`` are not here but may be in the journal: a log
+        # begun anew for a task taken back after a restart or a takeover.
+        self.behind = False
 
     def add(self, seq: int, kind: str, body: dict[str, Any], size: int, max_count: int,
             max_bytes: int) -> None:
@@ -144,15 +147,27 @@ class UpdateLogs:
 
     def load(self, task_id: str, rows: list[tuple[int, str, dict[str, Any]]],
              dropped: int = 0) -> UpdateLog:
-        """Take a task's log back from the journal (rows oldest first)."""
+        """Take a task's log back from the journal (rows oldest first); updates this log
+        holds beyond the rows (kept after the journal was read) stay."""
+        old = self.logs.get(task_id)
+        newer = [e for e in old.entries if e[0] > rows[-1][0]] if old and rows else []
         self.drop(task_id)
         log = self.logs[task_id] = UpdateLog()
         log.dropped = dropped
         for seq, kind, body in rows:
             size = size_of(body)
             log.add(seq, kind, body, size, self.max_count, self.max_bytes)
+        for seq, kind, body, size in newer:
+            log.add(seq, kind, body, size, self.max_count, self.max_bytes)
         self.bytes += log.bytes
         return log
+
+    def begin_behind(self, task_id: str, seq: int) -> None:
+        """A task taken back from the journal gets its first update here (``seq``): its
+        earlier ones are in the journal, read when someone attaches from before them."""
+        if task_id not in self.logs and seq > 1:
+            log = self.logs[task_id] = UpdateLog()
+            log.dropped, log.behind = seq - 1, True
 
     def drop(self, task_id: str) -> None:
         log = self.logs.pop(task_id, None)

@@ -258,11 +258,13 @@ class Conversations:
     def _updates_since(self, req: Request, task: Task,
                        after: int) -> list[tuple[int, str, dict[str, Any]]]:
         logs = self.update_logs
-        if task.id not in logs.logs and self.journaled:
+        log = logs.logs.get(task.id)
+        if self.journaled and (log is None or (log.behind and after < log.dropped)):
             rows = self.reads.get(req, "updates", task.id)
             if rows is MISSING:
                 return MISSING  # type: ignore[no-any-return]
-            if rows and task.id not in logs.logs:
+            log = logs.logs.get(task.id)
+            if rows and (log is None or log.behind):
                 logs.load(task.id, rows, dropped=rows[0][0] - 1)
         if task.id not in logs.logs:
             last = (task.final or {}).get("seq", task.seq + 1) - 1
@@ -285,6 +287,8 @@ class Conversations:
                     continue
             final = kind == "task.result" and not body.get("partial")
             if not final:
+                if task.restored and self.journaled:
+                    self.update_logs.begin_behind(task.id, body["seq"])
                 self.update_logs.add(task.id, body["seq"], kind, body)
                 journal.append((task.id, body["seq"], kind, body))
             watchers = self.attached.get(task.id)

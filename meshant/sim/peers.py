@@ -701,6 +701,11 @@ class SimClient(SimPeer):
         if seq <= seen[-1]:
             self.ledger.fail("attach-order", f"{self.name} attached to {b['task']} saw "
                              f"update {seq} after {seen[-1]}")
+        if seq != seen[-1] + 1:
+            # Every update the queen numbered is kept (in its log or its journal), so a
+            # stream that was not refused cursor-expired has no hole.
+            self.ledger.fail("attach-gapless", f"{self.name} attached to {b['task']} saw "
+                             f"update {seq} right after {seen[-1]}")
         seen.append(seq)
 
     def on_error(self, msg: p.Message) -> None:

@@ -63,6 +63,7 @@ class Profile:
     graphs: float = 0.5
     asks: float = 0.5
     mailbox: float = 0.4
+    attaches: float = 0.5  # a run where another client follows tasks
 
     def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: float) -> Profile:
         """This profile with only these faults, at least ``faults[0]`` of them."""
@@ -225,7 +226,7 @@ class Colony:
         if rng.random() < self.profile.graphs:
             for g in range(rng.randint(1, 2)):
                 clock.at(rng.uniform(0.3, LOAD), functools.partial(self._graph, g))
-        if len(self.clients) > 1 and rng.random() < 0.5:
+        if len(self.clients) > 1 and rng.random() < self.profile.attaches:
             for _ in range(rng.randint(1, 3)):  # another client follows a task
                 def attach() -> None:
                     if submitted:
