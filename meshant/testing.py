@@ -124,6 +124,11 @@ class _Recorder:
 def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
              attempt: int, task_id: str, capability: str | None,
              timeout: float | None) -> tuple[Run[Any], Callable[[], Any], bool]:
+    if isinstance(answers, str | bytes):
+        raise ConfigError("answers is a list of answers (or a function of the prompt and "
+                          f"data), not one string: answers=[{answers!r}]")
+    if cancel_after is not None and (cancel_after.__class__ is not int or cancel_after < 0):
+        raise ConfigError(f"cancel_after is a number of reports >= 0, not {cancel_after!r}")
     if isinstance(handler, Capability):
         name, fn = handler.name, handler.fn
     elif callable(handler):

@@ -56,6 +56,10 @@ def test_cancel_tasks_and_graphs(procs: Procs, tmp_path: Path) -> None:
     assert json.loads(sub.communicate()[0])["state"] == "cancelled"
     r = meshant("cancel", "--queen", ep, rec["id"], "--json")  # cancelled already: fine
     assert r.returncode == 0 and json.loads(r.stdout)["note"] == "already ended"
+    failed = json.loads(meshant("submit", "--queen", ep, "fail", '{"message": "x"}',
+                                "--json").stdout)
+    r = meshant("cancel", "--queen", ep, failed["id"])  # failed already: said, not an error
+    assert r.returncode == 0 and "failed (already ended)" in r.stdout, r.stdout + r.stderr
     # A graph whose node waits on a long one: cancelled as a whole by its id.
     doc = {"nodes": {"a": {"capability": "sleep", "payload": {"seconds": 60}},
                      "b": {"capability": "echo", "payload": {"$result": "a"}}}}
@@ -82,6 +86,14 @@ def test_ctrl_c_on_submit_cancels_what_it_submitted(procs: Procs, tmp_path: Path
     assert sub.wait(20) == 130
     err = sub.communicate()[1]
     assert "cancelled 2 unfinished task(s)" in err and "Traceback" not in err
+    assert {t["state"] for t in _tasks(ep)} == {"cancelled"}
+    # SIGTERM (a supervisor, `timeout`) cancels as Ctrl-C does.
+    sub = _popen("submit", "--queen", ep, "sleep", '{"seconds": 60}')
+    procs.all.append(sub)
+    wait_for(lambda: len(_tasks(ep, "accepted")) == 1, 20, "the third task running")
+    sub.send_signal(signal.SIGTERM)
+    assert sub.wait(20) == 130
+    assert "cancelled 1 unfinished task(s)" in sub.communicate()[1]
     assert {t["state"] for t in _tasks(ep)} == {"cancelled"}
     # --keep-running: they go on, and it says how to follow them.
     sub = _popen("submit", "--queen", ep, "sleep", '{"seconds": 60}', "--keep-running")
@@ -215,12 +227,14 @@ BAD_INPUT: list[tuple[str, list[str], str]] = [
     ("mcp", ["--queen", "QUEEN", "--listen", "127.0.0.1:0", "--token", "short"],
      "at least 16 characters"),
     ("submit", ["--queen", "QUEEN", "echo", "hello"], "'\"hello\"'"),
+    ("submit", ["--queen", "QUEEN", "echo", "1", "--retry-on", " "], "--retry-on"),
     ("status", ["--queen", "tcp://x"], "not a ZeroMQ endpoint"),
     ("cancel", ["--queen", "QUEEN", "no-such-task"], "no such task or graph"),
     ("answer", ["--queen", "QUEEN", "no-such-task", "1"], "no task"),
     ("watch", ["--queen", "QUEEN", "no-such-task"], "no task"),
     ("inbox", ["--queen", "QUEEN", "a", "b", "c"], "give NAME"),
     ("graph submit", ["--queen", "QUEEN", "/no/such/graph.json"], "cannot read"),
+    ("graph submit", ["--queen", "QUEEN", "-"], "node 0 must be a map"),  # (stdin: [1])
     ("graph status", ["--queen", "QUEEN", "no-such-graph"], "unknown-graph"),
     ("graph cancel", ["--queen", "QUEEN", "no-such-graph"], "unknown-graph"),
     ("broadcast", ["--queen", "QUEEN", "bad topic!"], "TOPIC"),
@@ -263,11 +277,11 @@ def test_bad_input_covers_every_command() -> None:
 
 
 @pytest.mark.parametrize(("command", "args", "says"), BAD_INPUT,
-                         ids=[c for c, _, _ in BAD_INPUT])
+                         ids=[f"{c} {i}" for i, (c, _, _) in enumerate(BAD_INPUT)])
 def test_bad_input_is_one_clear_line(running_queen: str, command: str, args: list[str],
                                      says: str) -> None:
     r = meshant(*command.split(), *[running_queen if a == "QUEEN" else a for a in args],
-                timeout=60)
+                timeout=60, input='{"nodes": [1]}' if "-" in args else None)
     assert r.returncode != 0, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr
     errors = [x for x in r.stderr.splitlines() if x.startswith("Error:")]

@@ -114,6 +114,17 @@ async def square_of(n: int) -> int:
     return await sq(n)
 
 
+def test_mistakes_in_the_script_are_said_plainly() -> None:
+    from meshant.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"answers=\['yes'\]"):
+        run_handler(publish, "g", answers="yes")  # not the answers 'y', 'e', 's'
+    with pytest.raises(ConfigError, match="cancel_after is a number"):
+        run_handler(publish, "g", cancel_after="x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs the capability's name"):
+        f.task(publish.fn)  # type: ignore[call-overload]  # (a bare @forager.task)
+
+
 # -- 4: the decorated handler as the call site, typed ----------------------------------------
 
 @pytest.mark.slow
@@ -143,6 +154,16 @@ def test_a_client_submits_by_the_decorated_handler(colony: Colony) -> None:
     assert c.run("square", 5, result_timeout=10) == 25  # names still work
     with pytest.raises(TypeError, match=r"a name .* or a handler decorated"):
         c.submit(42, 1)  # type: ignore[call-overload]
+    # Bad arguments are said plainly, as BadInput (a ValueError), before anything is sent.
+    from meshant.errors import BadInput
+
+    for call, says in [
+            (lambda: c.run("echo", 1, priority="high"), "priority is an int"),  # type: ignore[arg-type]
+            (lambda: c.submit("echo", 1, retry_on=5), "retry_on is exception classes"),  # type: ignore[arg-type]
+            (lambda: c.cancel(123), "a task's id"),  # type: ignore[arg-type]
+            (lambda: c.submit_graph({"nodes": [1]}), "node 0 must be a map")]:
+        with pytest.raises(BadInput, match=says):
+            call()
 
 
 # -- 5: the forager as a context manager, and on the caller's loop ------------------------------

@@ -363,17 +363,38 @@ def test_breakers_open_on_an_outage_and_half_open_after_cooldown() -> None:
         c.submit(f"t{i}", max_attempts=1)
     c.step()
     for i in range(3):  # three different tasks fail: an outage, not a bad payload
-        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {}}, c.now)
+        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {
+            "retry": True}}, c.now)
     c.step()
     assert c.s.breakers.states() == {"foragers": {"f1": "open"}, "capabilities": {"echo": "open"}}
     c.submit("later")
     assert c.assigns(c.step(1.0)) == []  # held while open
+    c.s.dirty = False
+    c.s.tick(c.now + 10.0)  # the cooldown's end alone makes the scheduler look again
+    assert c.s.dirty
     out = c.step(10.0)  # half-open: exactly one trial goes through
     assert len(c.assigns(out)) == 1
     (_name, tid), = c.assigns(out)
     c.s.result(c.s.running_on(f)[f"{tid}.1"], {"status": "ok"}, c.now)
     c.step()
     assert c.s.breakers.states() == {"foragers": {}, "capabilities": {}}
+
+
+def test_handler_errors_that_fail_at_once_open_no_circuit() -> None:
+    # A buggy handler fails its own tasks at once; it must not hold back the forager's
+    # other capabilities (found by trying it: five KeyErrors stopped every echo).
+    c = Colony(breaker_threshold=3)
+    f = c.forager("f1", slots=5, tools=("buggy", "echo"))
+    for i in range(5):
+        c.submit(f"t{i}", cap="buggy")
+    c.step()
+    for i in range(5):
+        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {
+            "type": "KeyError"}}, c.now)
+    c.step()
+    assert c.s.breakers.states() == {"foragers": {}, "capabilities": {}}
+    c.submit("e", cap="echo")
+    assert c.assigns(c.step()) == [("f1", "e")]
 
 
 def test_transition_table_has_no_exit_from_final_states() -> None:

@@ -60,6 +60,24 @@ class AsyncClient:
         return await asyncio.wrap_future(self._c().submit(capability, payload, **options))
 
     @overload
+    async def run(self, capability: Capability[Concatenate[T, P], R], payload: T,
+                  **options: Unpack[SubmitOptions]) -> R: ...
+
+    @overload
+    async def run(self, capability: str, payload: Any = None,
+                  **options: Unpack[SubmitOptions]) -> Any: ...
+
+    async def run(self, capability: str | Capability[Any, Any], payload: Any = None,
+                  **options: Unpack[SubmitOptions]) -> Any:
+        """Submit and await the result: the same as :meth:`submit` (the name
+        :class:`Client` uses)."""
+        return await asyncio.wrap_future(self._c().submit(capability, payload, **options))
+
+    async def cancel(self, task_id: str, *, timeout: float = 5.0) -> str | None:
+        """Cancel a task and await what it became (:meth:`Client.cancel`)."""
+        return await asyncio.to_thread(self._c().cancel, task_id, timeout=timeout)
+
+    @overload
     def submit_nowait(self, capability: Capability[Concatenate[T, P], R], payload: T,
                       **options: Unpack[SubmitOptions]) -> asyncio.Future[R]: ...
 

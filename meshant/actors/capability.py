@@ -21,9 +21,12 @@ from meshant.actors.handlers import TaskContext
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+# What a capability gives back, covariant: a capability of an int result is one of an
+# object result too (``o: object = await client.submit(cap, x)``).
+R_co = TypeVar("R_co", covariant=True)
 
 
-class Capability(Generic[P, R]):
+class Capability(Generic[P, R_co]):
     """A capability a forager serves, by name, with its handler's types (see the module).
     ``name`` is what a client submits to; ``fn`` is the function registered."""
 
@@ -36,25 +39,25 @@ class Capability(Generic[P, R]):
         return f"<capability {self.name!r}: {getattr(self.fn, '__qualname__', self.fn)!r}>"
 
 
-class SyncCapability(Capability[P, R]):
+class SyncCapability(Capability[P, R_co]):
     """A plain handler's capability; calling it calls the handler."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
-class AsyncCapability(Capability[P, R]):
+class AsyncCapability(Capability[P, R_co]):
     """An ``async def`` handler's capability; calling it makes the handler's coroutine."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
-class BatchCapability(Capability[[T], R]):
+class BatchCapability(Capability[[T], R_co]):
     """A batch handler's capability: a client submits one payload (``T``) and gets one
     result (``R``); calling it calls the handler with lists."""
 
-    def __call__(self, payloads: list[T], *ctxs: list[TaskContext]) -> list[R]:
+    def __call__(self, payloads: list[T], *ctxs: list[TaskContext]) -> list[R_co]:
         return list(self.fn(payloads, *ctxs))
 
 

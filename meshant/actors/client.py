@@ -75,7 +75,14 @@ def _retry_names(retry_on: Iterable[str | type[BaseException]] | bool) -> list[s
         return ["*"]
     if isinstance(retry_on, (str, type)):
         retry_on = [retry_on]
-    return [t.__name__ if isinstance(t, type) else str(t) for t in retry_on]  # type: ignore[union-attr]
+    try:
+        names = [t.__name__ if isinstance(t, type) else t for t in retry_on]  # type: ignore[union-attr]
+    except TypeError:
+        names = [None]
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise BadInput(f"retry_on is exception classes or their names, or True, not "
+                       f"{retry_on!r}")
+    return names
 
 
 class Client(Peer):
@@ -376,8 +383,8 @@ class Client(Peer):
             raise MeshantError("the client is closed", code=Code.CLOSED)
         if not self.threaded:
             self._check_owner()
-        if not 0 <= priority <= 99:
-            raise BadInput("priority must be between 0 and 99")
+        if priority.__class__ is not int or not 0 <= priority <= 99:
+            raise BadInput(f"priority is an int between 0 and 99, not {priority!r}")
         capability = capability_name(capability)
         body: dict[str, Any] = {"capability": capability, "payload": p.wrap_blob(payload)}
         if priority != 50:
@@ -464,6 +471,8 @@ class Client(Peer):
         this client's key may not cancel (with CURVE: another client's, without an admin
         key), :class:`~meshant.errors.BadInput` (``unknown-task``) for no such task.
         ``wait=False`` only sends the cancel (returns None; a refusal is logged)."""
+        if not isinstance(task_id, str):
+            raise BadInput(f"cancel takes a task's id (a str), not {task_id!r}")
         if not wait:
             self.send_message(p.Message("task.cancel", {"task": task_id}, to="queen"))
             return None

@@ -165,6 +165,10 @@ class Forager(Peer):
         function, and a client submits by it (``client.run(crawl, url)``) with the
         handler's payload and result types.
         """
+        if not isinstance(capability, str):
+            raise ConfigError("@forager.task needs the capability's name: "
+                              "@forager.task(\"summarise\")")
+
         def add(fn: Callable[..., Any]) -> None:
             self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on,
                              description=description, schema=schema,
@@ -551,7 +555,8 @@ class Forager(Peer):
         # traceback; the submitter gets the bounded one in the result.
         log.warning("%s: task %s (%s, attempt %d) failed%s", self.name, ctx.task_id,
                     ctx.capability, ctx.attempt,
-                    "; the queen will retry it" if body["error"].get("retry") else "",
+                    " (its retry_on: the queen runs it again while attempts are left)"
+                    if body["error"].get("retry") else "",
                     exc_info=e)
         return body
 

@@ -50,7 +50,8 @@ def _node_line(gid: str, u: GraphUpdate, handle: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {"graph": gid, "node": u.node,
                            "id": handle.nodes[u.node].task_id, "state": u.state}
     if u.error is not None:
-        rec["error"] = {"code": u.error.code, "message": u.error.message}
+        rec["error"] = {"code": u.error.code, "type": getattr(u.error, "remote_type", ""),
+                        "message": u.error.message}
     else:
         rec["result"] = jsonable(u.result)
     return rec
@@ -93,7 +94,9 @@ def graph_submit(conn: Connection, source: str, wait_: bool, timeout: float | No
                 if as_json:
                     click.echo(json.dumps(_node_line(handle.id, u, handle)))
                 elif u.error is not None:
-                    click.echo(f"{u.node}: {u.state} [{u.error.code}] {u.error.message}",
+                    kind = getattr(u.error, "remote_type", "")
+                    click.echo(f"{u.node}: {u.state} [{u.error.code}] "
+                               f"{kind + ': ' if kind else ''}{u.error.message}",
                                err=True)
                 else:
                     click.echo(f"{u.node}: {json.dumps(jsonable(u.result))}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -163,8 +164,9 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
     a string payload is JSON too: '"hello"'.
 
-    On a terminal it says at once when no forager offers CAPABILITY yet. Ctrl-C cancels
-    the tasks not finished yet (--keep-running leaves them running) and exits 130.
+    On a terminal it says at once when no forager offers CAPABILITY yet. Ctrl-C (or
+    SIGTERM) cancels the tasks not finished yet (--keep-running leaves them running) and
+    exits 130.
     Exits 1 if any task failed.
     """
     payloads = _payloads(payload, count)
@@ -173,7 +175,12 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
                           "labels": want, "max_attempts": max_attempts,
                           "wait": wait, "key": key, "retry_base": retry_base,
                           "retry_on": list(retry_on) or None}
+    if any(not t.strip() for t in retry_on):
+        raise click.BadParameter("an exception type's name (or '*' for any)",
+                                 param_hint="--retry-on")
     failed = 0
+    # SIGTERM (a supervisor, `timeout`) cancels as Ctrl-C does.
+    old_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     with conn.client() as client:
         started = time.monotonic()
         futures: list[tuple[Any, float]] = []
@@ -187,8 +194,14 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
             failed = _collect(client, futures, capability, stream, as_json, started)
         except KeyboardInterrupt:
             _interrupted(client, futures, keep_running)
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
     if failed:
         sys.exit(1)
+
+
+def _sigterm_as_interrupt(_sig: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _collect(client: Any, futures: list[tuple[Any, float]], capability: str, stream: bool,
@@ -307,7 +320,8 @@ FINAL_STATES = ("completed", "failed", "cancelled")
 
 def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
     """Cancel a task or a graph by id; what became of it, as `meshant cancel --json`
-    prints it (``ok`` False: it was not found, or had already ended otherwise)."""
+    prints it (``ok`` False: it was not found, or may not be cancelled; a task or graph
+    that had already ended is left as it ended, and said so)."""
     try:
         st = client.task_status(ident)
     except MeshantError as e:
@@ -316,13 +330,14 @@ def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
     else:
         if st["state"] in FINAL_STATES:
             return {"id": ident, "kind": "task", "state": st["state"],
-                    "ok": st["state"] == "cancelled", "note": "already ended"}
+                    "ok": True, "note": "already ended"}
         try:
             state = client.cancel(ident)
         except MeshantError as e:  # forbidden, or it ended and was forgotten meanwhile
             return {"id": ident, "kind": "task", "state": st["state"], "ok": False,
                     "note": f"[{e.code}] {e.message}"}
-        return {"id": ident, "kind": "task", "state": state, "ok": state == "cancelled"}
+        return {"id": ident, "kind": "task", "state": state, "ok": True,
+                **({} if state == "cancelled" else {"note": "already ended"})}
     try:
         g = client.graph_status(ident)
     except MeshantError as e:
@@ -332,7 +347,7 @@ def _cancel_one(client: Any, ident: str) -> dict[str, Any]:
                 "note": "no such task or graph (meshant tasks, meshant status list them)"}
     if g["state"] in FINAL_STATES:
         return {"id": ident, "kind": "graph", "state": g["state"],
-                "ok": g["state"] == "cancelled", "note": "already ended"}
+                "ok": True, "note": "already ended"}
     return sent_cancel(client, "graph", ident, p.Message("graph.cancel", {"graph": ident},
                                                            to="queen"))
 
@@ -370,8 +385,9 @@ def cancel(conn: Connection, ids: tuple[str, ...], as_json: bool) -> None:
     """Cancel tasks and task graphs by id: a queued task (or a graph's pending nodes) at
     once, a running one best effort (its handler sees ctx.is_cancelled).
 
-    With CURVE on, only a task's submitter or an admin key may cancel it. Exits 1 unless
-    every ID is cancelled now.
+    With CURVE on, only a task's submitter or an admin key may cancel it. One that had
+    already ended is left as it ended, and said so. Exits 1 if an ID is unknown or may
+    not be cancelled.
     """
     ok = True
     with conn.client() as client:

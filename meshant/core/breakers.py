@@ -4,19 +4,24 @@ capability, that keeps failing."""
 
 from __future__ import annotations
 
-from meshant.core.policy import Breaker
+import math
+
+from meshant.core.policy import OPEN, Breaker
 
 
 class Breakers:
     """Breakers made on first use, with one threshold and cooldown for all."""
 
-    __slots__ = ("capabilities", "cooldown", "foragers", "threshold")
+    __slots__ = ("capabilities", "cooldown", "due", "foragers", "threshold")
 
     def __init__(self, threshold: int = 5, cooldown: float = 30.0) -> None:
         self.threshold = threshold
         self.cooldown = cooldown
         self.foragers: dict[str, Breaker] = {}
         self.capabilities: dict[str, Breaker] = {}
+        # When the next open circuit's cooldown ends: work held back may go then (a
+        # trial), without waiting for other traffic to make the scheduler look again.
+        self.due = math.inf
 
     def _of(self, table: dict[str, Breaker], key: str) -> Breaker:
         b = table.get(key)
@@ -35,6 +40,17 @@ class Breakers:
                 b.success()
             else:
                 b.failure(now)
+                if b.state == OPEN:
+                    self.due = min(self.due, b.opened_at + b.cooldown)
+
+    def cooled(self, now: float) -> bool:
+        """True once (per cooldown) when an open circuit's cooldown has ended."""
+        if now < self.due:
+            return False
+        ends = [b.opened_at + b.cooldown for t in (self.foragers, self.capabilities)
+                for b in t.values() if b.state == OPEN and b.opened_at + b.cooldown > now]
+        self.due = min(ends, default=math.inf)
+        return True
 
     def forager_allows(self, name: str, now: float) -> bool:
         b = self.foragers.get(name)

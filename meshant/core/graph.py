@@ -81,6 +81,10 @@ def normalize(doc: Any) -> list[dict[str, Any]]:
             out.append({"name": name, **node})
         return out
     if isinstance(doc, list | tuple):
+        for i, node in enumerate(doc):
+            if not isinstance(node, Mapping):
+                raise GraphError(Code.BAD_GRAPH, f"node {i} must be a map with a name and "
+                                 f"a capability, not {type(node).__name__}")
         return list(doc)
     raise GraphError(Code.BAD_GRAPH, "a graph is a list of nodes or a map of name to node, "
                      f"not {type(doc).__name__}")

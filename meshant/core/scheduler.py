@@ -388,13 +388,17 @@ class Scheduler:
             # The forager could not send its result: running it again cannot help.
             self.too_large(att, emsg, now)
             return
-        if task.tries == 0:
+        again = retries(task, err)
+        if task.tries == 0 and again:
             # Breakers count failing tasks, not one task's retries: a payload its
-            # handler rejects must not shut a capability down, an outage does.
+            # handler rejects must not shut a capability down, an outage does. And only
+            # failures that are retried (a policy says they may pass, an outage's): one
+            # that fails its task at once is the handler's answer to that task, and must
+            # not hold back a forager's other capabilities.
             self.breakers.outcome(att.node.name, task.capability, False, now)
         task.tries += 1
         task.add_reason(f"{att.node.name}: {etype}: {emsg}")
-        if task.tries >= task.max_attempts or not retries(task, err):
+        if task.tries >= task.max_attempts or not again:
             self._abandon(task, now, cancel=False)
             error = {"code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
                      "forager": att.node.name, "cause": Code.HANDLER_ERROR,
@@ -492,6 +496,8 @@ class Scheduler:
 
     def tick(self, now: float) -> None:
         """Expire leases, enforce deadlines and the wait for a capable forager."""
+        if self.queued and self.breakers.cooled(now):
+            self.dirty = True  # a circuit may let its trial through now
         for ref, att in list(self.held.items()):
             if att.lease <= now:
                 del self.held[ref]

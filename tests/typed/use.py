@@ -21,3 +21,6 @@ def use(client: Client) -> None:
 
 async def use_async(client: AsyncClient) -> None:
     assert_type(await client.submit(square, 3), int)
+    assert_type(await client.run(summarise, "x"), dict[str, int])
+    anything: object = await client.submit(square, 3)  # (covariant in the result)
+    print(anything)
