@@ -87,8 +87,9 @@ def test_snapshot_failures_reissues_and_dead_letters() -> None:
     f = sim.forager("f1")
     c.send("task.submit", {"capability": "echo", "payload": 1, "max_attempts": 1})
     (a,) = sim.assigns(f)
-    f.send("task.result", {"status": "error", "error": {"type": "X", "message": "no"}},
-           ref=a["id"])
+    # A failure its handler asked to retry (an outage's kind): it counts for the breakers.
+    f.send("task.result", {"status": "error", "error": {"type": "X", "message": "no",
+                                                        "retry": True}}, ref=a["id"])
     s = obs.publish(sim.core, sim.now, 0.0)
     assert s["failed"] == {"echo": 1} and s["dead_letters"] == 1
     (d,) = s["dead_letter_tasks"]
