@@ -216,3 +216,29 @@ def test_run_async_serves_on_the_callers_loop_and_ends_with_the_forager(
 
     asyncio.run(main())
     assert results == [2] and seen == [True]
+
+
+def test_an_unanswered_question_is_withdrawn_sync_and_async() -> None:
+    # (ask_async's wait_for once cancelled the question's own future: a bare TimeoutError
+    # and no withdraw, the task left input-required.)
+    from meshant import protocol as p
+
+    sent: list[p.Message] = []
+
+    class Sink:
+        features = frozenset({"progress"})
+
+        def send_message(self, msg: p.Message) -> None:
+            sent.append(msg)
+
+    ctx = TaskContext(Sink(), "r.1", "r", 1, "c", None)
+
+    async def ask() -> None:
+        await ctx.ask_async("ok?", timeout=0.05)
+    with pytest.raises(AskTimeout, match=r"within 0\.05 s"):
+        asyncio.run(ask())
+    with pytest.raises(AskTimeout):
+        ctx.ask("sync?", timeout=0.05)
+    assert [(m.kind, m.b.get("withdraw")) for m in sent] == [
+        ("task.ask", None), ("task.ask", True)] * 2
+    assert ctx.pending_asks() == []

@@ -141,5 +141,5 @@ def test_a_raising_handler_runs_once_and_everyone_sees_where(procs: Procs,
     _, log = fp.communicate(timeout=15)
     assert "WARNING" in log and "(lookup, attempt 1) failed" in log, log
     assert "Traceback (most recent call last)" in log and "KeyError: 'b'" in log
-    assert "(flaky, attempt 1) failed; the queen will retry it" in log
+    assert "(flaky, attempt 1) failed (its retry_on: the queen runs it again" in log
     assert os.path.exists(out)

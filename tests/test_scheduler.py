@@ -397,6 +397,26 @@ def test_handler_errors_that_fail_at_once_open_no_circuit() -> None:
     assert c.assigns(c.step()) == [("f1", "e")]
 
 
+def test_a_trial_that_ends_without_an_outcome_frees_the_half_open_circuit() -> None:
+    # (A fail-at-once error as the trial once left the circuit half-open for good.)
+    c = Colony(breaker_threshold=2, breaker_cooldown=5.0, assign_timeout=100.0)
+    f = c.forager("f1", slots=4)
+    for i in range(2):
+        c.submit(f"t{i}", max_attempts=1)
+    c.step()
+    for i in range(2):
+        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {
+            "retry": True}}, c.now)
+    c.step()
+    assert c.s.breakers.states()["capabilities"] == {"echo": "open"}
+    c.submit("trial")
+    c.submit("next")
+    (trial,) = c.assigns(c.step(5.0))
+    c.s.result(c.s.running_on(f)[f"{trial[1]}.1"], {"status": "error", "error": {
+        "type": "KeyError"}}, c.now)  # fails its task at once: no outcome
+    assert len(c.assigns(c.step())) == 1  # the next task is the new trial
+
+
 def test_transition_table_has_no_exit_from_final_states() -> None:
     for state in ("completed", "failed", "cancelled"):
         assert TRANSITIONS[state] == frozenset()

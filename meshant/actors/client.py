@@ -470,10 +470,14 @@ class Client(Peer):
         state it had reached already. Raises :class:`~meshant.errors.Forbidden` for a task
         this client's key may not cancel (with CURVE: another client's, without an admin
         key), :class:`~meshant.errors.BadInput` (``unknown-task``) for no such task.
-        ``wait=False`` only sends the cancel (returns None; a refusal is logged)."""
+        ``wait=False`` only sends the cancel (returns None; a refusal is logged), as does
+        a call from the client's own I/O thread (a callback). In asyncio code, use
+        :meth:`AsyncClient.cancel` or ``wait=False``: this call blocks for a round trip."""
         if not isinstance(task_id, str):
             raise BadInput(f"cancel takes a task's id (a str), not {task_id!r}")
-        if not wait:
+        if not wait or (self.threaded and self.in_io_thread()):
+            # (From the I/O thread — an on_progress callback, a future's done-callback —
+            # waiting would block the very thread that reads the answer: sent only.)
             self.send_message(p.Message("task.cancel", {"task": task_id}, to="queen"))
             return None
         st = self._request("task.cancel", {"task": task_id, "ack": True}, timeout)

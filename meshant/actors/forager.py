@@ -238,9 +238,11 @@ class Forager(Peer):
         """Stop: running tasks are told to cancel and the queen is told we are leaving."""
         if self._fs is not None and self._thread is not None and self._thread.is_alive():
             self.call_soon(self._stop_all)
-        else:
+        else:  # (the I/O thread ended already: a halt, a drain that finished)
             for ctx in list(self.running.values()):
                 ctx.cancel()
+                if ctx._future is not None:
+                    ctx._future.cancel()  # an async def handler on a loop goes no further
         self.close(timeout)
         if self._pool is not None:
             self._pool.shutdown()

@@ -89,8 +89,8 @@ class TaskContext:
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            if fut.done():
-                raise  # the question's own error (a refusal), not this wait's
+            if fut.done() and not fut.cancelled():
+                return fut.result()  # answered (or refused) just as the wait ran out
             raise self._withdraw(request, timeout) from None
 
     async def ask_async(self, prompt: Any, *, timeout: float | None = None,
@@ -98,10 +98,12 @@ class TaskContext:
         """:meth:`ask` for ``async def`` handlers: awaits the answer."""
         fut, request = self._ask(prompt, timeout, data)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+            # shield: wait_for's timeout must not cancel the question's own future (an
+            # answer may still land; a refusal is raised as itself).
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout)
         except TimeoutError:
-            if fut.done():
-                raise
+            if fut.done() and not fut.cancelled():
+                return fut.result()
             raise self._withdraw(request, timeout) from None
 
     def _ask(self, prompt: Any, timeout: float | None, data: Any) -> tuple[Future[Any], str]:

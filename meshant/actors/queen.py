@@ -389,7 +389,7 @@ class Queen:
             if self.leadership is not None:
                 self.leadership.stop()  # the lease handed back: a standby leads at once
             router.close(0)
-            pub.close(0)
+            pub.close()  # (its LINGER: 0, or the farewell's, set when it was sent)
             if self._auth is not None:
                 self._auth.stop()
             if self._reads is not None:
@@ -525,7 +525,8 @@ class Queen:
         if self._roles.leading:
             self.core.farewell(time.monotonic())
             self._carry_out(self.core.take())
-            self._pub.setsockopt(zmq.LINGER, 200)  # (the farewell must get out)
+            # The farewell must get out (a busy machine's I/O thread may take a while).
+            self._pub.setsockopt(zmq.LINGER, 1000)
 
     @staticmethod
     def _answered(core: QueenCore, answers: Any, now: float) -> None:

@@ -138,7 +138,8 @@ def graph_status(conn: Connection, graph_id: str, as_json: bool) -> None:
         err = n.get("error") or {}
         kind = f"{err['type']}: " if err.get("type") else ""
         why = f"  [{err.get('code')}] {kind}{err.get('message', '')}" if err else ""
-        tries = f"attempt {n['attempt']}" if n.get("attempt") else "not run"
+        tries = (f"attempt {n['attempt']}" if n.get("attempt")
+                 else "attempt ?" if n.get("attempt", 0) is None else "not run")
         click.echo(f"  {n['node']:24} {n['state']:10} {n['capability']:14} {tries:10}{why}")
 
 

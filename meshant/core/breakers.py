@@ -52,6 +52,15 @@ class Breakers:
         self.due = min(ends, default=math.inf)
         return True
 
+    def settled(self, forager: str, capability: str | None) -> None:
+        """A run ended with no outcome for the breakers (a failure that fails its task at
+        once, a retry's, a task given up): if it was a half-open trial, the next work may
+        be the trial instead; nothing else changes."""
+        for b in (self.foragers.get(forager),
+                  self.capabilities.get(capability) if capability is not None else None):
+            if b is not None:
+                b.trial = False
+
     def forager_allows(self, name: str, now: float) -> bool:
         b = self.foragers.get(name)
         return b is None or b.allow(now)

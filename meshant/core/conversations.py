@@ -287,7 +287,7 @@ class Conversations:
                     continue
             final = kind == "task.result" and not body.get("partial")
             if not final:
-                if task.restored and self.journaled:
+                if self.journaled:  # taken back, or its log evicted: the journal has more
                     self.update_logs.begin_behind(task.id, body["seq"])
                 self.update_logs.add(task.id, body["seq"], kind, body)
                 journal.append((task.id, body["seq"], kind, body))

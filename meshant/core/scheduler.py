@@ -368,6 +368,7 @@ class Scheduler:
             # The forager gave the task up (it is stopping) without being asked to:
             # the task is not at fault, so it moves on without using up an attempt.
             task.add_avoid(att.node.identity)
+            self.breakers.settled(att.node.name, task.capability)
             self._abandon(task, now, cancel=False)
             self.counters["reissued"] += 1
             self.move(task, QUEUED, now, f"given up by {att.node.name}")
@@ -396,6 +397,8 @@ class Scheduler:
             # that fails its task at once is the handler's answer to that task, and must
             # not hold back a forager's other capabilities.
             self.breakers.outcome(att.node.name, task.capability, False, now)
+        else:
+            self.breakers.settled(att.node.name, task.capability)
         task.tries += 1
         task.add_reason(f"{att.node.name}: {etype}: {emsg}")
         if task.tries >= task.max_attempts or not again:
@@ -483,6 +486,8 @@ class Scheduler:
             task.add_avoid(old.node.identity)
         if old is not None and old.node.identity:
             self.breakers.outcome(old.node.name, None, False, now)
+            # (a lost run says nothing of the capability: its trial, if it was one, ends)
+            self.breakers.settled(old.node.name, task.capability)
         if task.tries >= task.max_attempts:
             self._fail(task, now, Code.ATTEMPTS_EXHAUSTED,
                        f"gave up after {task.tries} attempts; last: {why}",

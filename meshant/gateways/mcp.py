@@ -203,12 +203,12 @@ class ColonyTools:
                 pass  # answered meanwhile (another host): just follow it on
             elif isinstance(response, types.ElicitResult):
                 if response.action != "accept":
-                    client.cancel(task)
+                    client.cancel(task, wait=False)  # (from the loop: not waiting)
                 else:
                     await asyncio.to_thread(client.answer, task, _answer(response.content),
                                             request=request)
             elif not att.done():
-                client.cancel(task)
+                client.cancel(task, wait=False)  # (from the loop: not waiting)
         except MeshantError as e:
             raise MCPError(types.INVALID_PARAMS, f"{e.code}: {e.message}") from None
         return att
@@ -233,7 +233,7 @@ class ColonyTools:
                         return asked
         except asyncio.CancelledError:
             # The host cancelled the call (or went away): the task goes too.
-            client.cancel(fut.task_id)
+            client.cancel(fut.task_id, wait=False)  # (from the loop: not waiting)
             raise
         return _failed("the task's stream ended without a result")
 
@@ -247,7 +247,7 @@ class ColonyTools:
         schema: dict[str, Any] = given if isinstance(given, dict) else ANSWER_SCHEMA
         caps = ctx.session.client_capabilities
         if caps is None or caps.elicitation is None:
-            client.cancel(task_id)
+            client.cancel(task_id, wait=False)  # (from the loop: not waiting)
             return _failed(f"the task asks {prompt!r}, and this host does not support "
                            "elicitation: the task was cancelled (answer it from a host with "
                            "elicitation, or with 'meshant answer')")
@@ -260,7 +260,7 @@ class ColonyTools:
         result = await ctx.session.elicit_form(prompt, schema,
                                                related_request_id=ctx.request_id)
         if result.action != "accept":
-            client.cancel(task_id)
+            client.cancel(task_id, wait=False)  # (from the loop: not waiting)
             return None  # the cancel ends the task: its end comes through the stream
         try:
             await asyncio.to_thread(client.answer, task_id, _answer(result.content),

@@ -95,8 +95,12 @@ def _nodes(j: Any, gid: str) -> list[dict[str, Any]]:
     rows = j._all("SELECT n.seq, n.parent, n.spec, n.state, n.result, n.error, t.attempt "
                   "FROM graph_nodes n LEFT JOIN tasks t ON t.id = 'tg:' || n.graph || '/' "
                   "|| n.name WHERE n.graph = ? ORDER BY n.seq", (gid,))
+    # A node whose task row was pruned (tasks are kept by count, graphs on their own) ran
+    # all the same if it ended completed or failed: its attempt is unknown (None).
     return [{"seq": r[0], "parent": r[1], "spec": unpack(r[2]), "state": r[3],
-             "result": unpack(r[4]), "error": unpack(r[5]), "attempt": r[6] or 0}
+             "result": unpack(r[4]), "error": unpack(r[5]),
+             "attempt": r[6] if r[6] is not None else (
+                 None if r[3] in ("completed", "failed") else 0)}
             for r in rows]
 
 

@@ -27,6 +27,7 @@ from meshant.storage.records import (
     INSERT,
     MEM_DEL,
     MEM_SET,
+    SELECT,
     UPDATE,
     Batch,
     TaskLog,
@@ -229,12 +230,21 @@ class PgJournal(JournalReader):
             with db.transaction():  # under the schema lock: two queens may start at once
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 conversation.create(lambda sql: db.execute(translate(sql)))
-        if not self.readonly:
-            with db.transaction():  # columns added since (records.ADDED): in place
+        # Columns added since (records.ADDED). Looked up first: ALTER TABLE takes an
+        # exclusive lock on tasks even when the column is there, and a standby opening
+        # the journal would stall the leader's every read and write behind it.
+        have = {r[0] for r in db.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'tasks' "
+            "AND table_schema = current_schema()").fetchall()}
+        missing = [c for c in ADDED if c not in have]
+        if missing and not self.readonly:
+            with db.transaction():  # in place, nullable
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-                for col, kind in ADDED.items():
+                for col in missing:
                     db.execute(translate(f"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS {col} "
-                                         f"{kind}"))
+                                         f"{ADDED[col]}"))
+            missing = []
+        self._missing = missing  # read-only: NULL in their place (_select)
         if not self.readonly:
             with db.transaction():  # task graphs' tables: additive, idempotent
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
@@ -385,6 +395,13 @@ class PgJournal(JournalReader):
             pass
 
     # -- reading --------------------------------------------------------------------------
+
+    @property
+    def _select(self) -> str:
+        select = SELECT
+        for col in getattr(self, "_missing", ()):  # a journal not migrated, read-only
+            select = select.replace(f", {col} ", ", NULL ")
+        return select
 
     def _all(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
         q = self._q(sql)
