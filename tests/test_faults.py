@@ -379,6 +379,36 @@ def test_a_stopped_run_whose_id_a_new_assignment_reuses_reports_nothing() -> Non
     assert msg.b["result"] == "fresh" and msg.ref == "t.1"
 
 
+def test_updates_the_queen_lacks_are_sent_again_after_its_welcome() -> None:
+    # Partials that died with a connection (or with a queen that had not journaled them)
+    # go again, in order, before anything new; what the queen has does not.
+    from meshant import protocol as p
+    from meshant.core.forager_session import ForagerSession
+
+    fs = ForagerSession(["echo"], slots=2)
+    fs.features = frozenset({"progress"})
+    for ref in ("a.1", "b.1"):
+        fs.assign(ref, {"task": ref[0], "attempt": 1, "capability": "echo"}, None, 0.0)
+    runs = {s.ref: s.run for s in fs.take()}
+    for i in range(3):
+        fs.send(p.Message("task.result", {"partial": True, "value": i}, ref="a.1"))
+    fs.send(p.Message("task.progress", {"fraction": 0.5}, ref="b.1"))
+    sent = fs.flush(0.0)
+    assert [m.b.get("n") for m in sent] == [1, 2, 3, 1]  # numbered per run
+    fs.finished("b.1", runs["b.1"], {"status": "ok", "result": 1})  # b ends meanwhile
+    for m in fs.flush(0.0):
+        fs.sent(m, 0.0)
+    fs.queen_lost()
+    fs.welcomed(False, {"a.1": 1, "b.1": 0})  # the queen took a's first only, none of b's
+    again = [(m.kind, m.ref, m.b.get("n")) for m in fs.flush(1.0)]
+    assert [x for x in again if x[1] == "a.1"] == [("task.result", "a.1", 2),
+                                                   ("task.result", "a.1", 3)]
+    assert [x for x in again if x[1] == "b.1"] == [("task.progress", "b.1", 1),
+                                                   ("task.result", "b.1", None)]  # then b's end
+    fs.welcomed(False, None)  # a queen that sends no map: nothing again
+    assert fs.flush(2.0) == []
+
+
 @pytest.mark.slow
 def test_a_draining_forager_whose_queen_is_gone_leaves_within_a_heartbeat_timeout(
         procs: Procs) -> None:

@@ -398,10 +398,8 @@ def test_a2a_queen_failover_under_a_streaming_task(procs: Procs, tmp_path: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="partials in flight to a leader that dies before "
-                   "journaling them are lost: a forager does not re-send partials (at most "
-                   "once across a crash, docs/protocol.md §6a); the journaled ones are kept")
-def test_a2a_failover_loses_no_partial(procs: Procs, tmp_path: Path, pg_url: str) -> None:
+def test_a2a_failover_loses_no_partial(  # (the forager sends again what died)
+        procs: Procs, tmp_path: Path, pg_url: str) -> None:
     seen, _, kept = _failover_stream(procs, tmp_path, pg_url)
     assert seen == list(range(30)) and kept == list(range(30))
 

@@ -18,6 +18,7 @@ from meshant.core import (
     client_session,
     conversation,
     conversations,
+    forager_session,
     graph_book,
     inbox,
     lease,
@@ -207,6 +208,23 @@ def test_mutant_a_task_taken_back_hides_its_journaled_updates(mutate: Any) -> No
            lambda self, task_id, seq: None)
     _caught(DEFAULT.only("kill-queen", "crash-mid-turn", faults=(1, 3), asks=1.0,
                          attaches=1.0), 300, "attach-gapless")
+
+
+@pytest.mark.slow
+def test_mutant_partials_sent_to_a_dead_queen_are_not_sent_again(mutate: Any) -> None:
+    # The other half of the gateway's failover finding: what a queen took but did not
+    # journal died with it, and the forager never sent it again.
+    real = forager_session.ForagerSession.welcomed
+    mutate(forager_session.ForagerSession, "welcomed",
+           lambda self, first, updates=None: real(self, first, None))
+    _caught(DEFAULT.only("kill-queen", "crash-mid-turn", "client-reconnect", "partition",
+                         faults=(1, 4)), 100, "updates-kept")
+
+
+@pytest.mark.slow
+def test_mutant_a_partial_sent_twice_is_taken_twice(mutate: Any) -> None:
+    mutate(scheduler_mod.Scheduler, "_numbered", staticmethod(lambda att, body, out: True))
+    _caught(DEFAULT.only("late-duplicate", "partition", faults=(2, 6)), 100, "updates-kept")
 
 
 def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) -> None:

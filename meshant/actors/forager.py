@@ -401,7 +401,7 @@ class Forager(Peer):
         self._fsess().queen_lost()
 
     def _after_welcome(self, first: bool) -> None:
-        self._fsess().welcomed(first)
+        self._fsess().welcomed(first, self._sess.welcome.get("updates"))
 
     def _do(self, actions: list[fs_.Action]) -> None:
         """Carry out what the forager session decided."""

@@ -82,6 +82,7 @@ class Admission:
         registry.add(new, now)
         sched = self.scheduler
         stale: list[str] = []
+        marks: dict[str, int] = {}
         if decision.role == "forager":
             running = list(body.get("running", []))
             if previous is not None and previous.role == "forager":
@@ -91,10 +92,16 @@ class Admission:
             sched.forager_joined(new)
             mine = sched.running_on(new)
             stale = [r for r in running if isinstance(r, str) and r not in mine]
+            # Of each run it still has, the last progress or partial result taken: it
+            # sends the later ones again (they may have died with a connection or a queen).
+            marks = {r: att.n for r, att in mine.items() if r in running}
         elif previous is not None and previous.identity != identity:
             sched.client_moved(previous.identity, identity)
             self.graphs.client_moved(previous.identity, identity)
-        st.send(new, p.Message("welcome", decision.body(st.terms), ref=msg.id))
+        welcome = decision.body(st.terms)
+        if marks and new.codec != JSON:  # (an IACP 1.1 forager numbers nothing)
+            welcome["updates"] = marks
+        st.send(new, p.Message("welcome", welcome, ref=msg.id))
         # Assignments it still runs that this queen no longer holds (it restarted without
         # them, or gave them to another forager): stop them there, and take no answer
         # for them as the answer to a new assignment of the same id.

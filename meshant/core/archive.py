@@ -52,7 +52,9 @@ class Restored:
     memory ``(key, value, expires_wall, seq)``. ``graphs``: unfinished task graphs with
     their nodes; ``graph_tasks``: the final rows of those graphs' node tasks that are not
     in ``tasks``. ``questions``, ``kept``, ``last_seqs``: the conversations (pending
-    questions, inbox messages, each unfinished task's last update). ``names``: what the
+    questions, inbox messages, each unfinished task's last update); ``marks``: each
+    unfinished task's ``(attempt, n)``, its forager's number of the last progress or
+    partial result journaled (what it need not send again). ``names``: what the
     archive index starts with (:meth:`ArchiveIndex.name` of each task id, key, graph id).
     """
 
@@ -63,6 +65,7 @@ class Restored:
     questions: list[dict[str, Any]] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
     last_seqs: dict[str, int] = field(default_factory=dict)
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
 

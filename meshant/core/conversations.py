@@ -81,6 +81,12 @@ class Conversations:
         for task_id, seq in r.last_seqs.items():
             if task_id in tasks:
                 tasks[task_id].seq = max(tasks[task_id].seq, seq)
+        # What the forager of a held attempt need not send again (the welcome says it).
+        for task_id, (attempt, n) in r.marks.items():
+            task = tasks.get(task_id)
+            att = task.current if task is not None else None
+            if att is not None and att.number == attempt:
+                att.n = max(att.n, n)
 
     def _remember(self, **what: Any) -> None:
         if self.journaled:

@@ -23,7 +23,7 @@ Time is passed in; nothing here reads a clock, a socket or a thread.
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,12 @@ from meshant.protocol.codes import Code
 ACCEPT_DELAY = 0.002  # seconds: a task that ends sooner sends only its result
 RESENT_MAX = 10_000  # final results kept for re-sending, at most
 ORPHANS_MAX = 10_000
+# A run's progress reports and partial results kept for sending again (after a reconnect
+# or a queen's takeover, the welcome says which the queen has), at most; the oldest go
+# first beyond (as the queen's own update log keeps a task's newest 1,000).
+UPDATES_KEPT = 1000
+UPDATES_KEPT_BYTES = 1 << 20
+_NUMBERED = frozenset({"task.progress", "task.result"})
 
 
 @dataclass(slots=True)
@@ -98,6 +104,18 @@ class Run:
     cancelled: bool = False
     # Questions its handler waits on: request id -> the task.ask message.
     asks: dict[str, p.Message] = field(default_factory=dict)
+    # Its progress reports and partial results, numbered (``n``) and kept to send again.
+    n: int = 0
+    updates: deque[tuple[p.Message, int]] = field(default_factory=deque)
+    updates_bytes: int = 0
+
+
+def _size(value: Any) -> int:
+    """About how many bytes a partial result's value takes (what matters: big ones)."""
+    if isinstance(value, bytes | str):
+        return 64 + len(value)
+    data = getattr(value, "data", None)  # a Blob
+    return 64 + (len(data) if isinstance(data, bytes | bytearray | memoryview) else 0)
 
 
 class ForagerSession:
@@ -128,6 +146,9 @@ class ForagerSession:
         self._orphaned_since: float | None = None
         self._waiting_replies: set[str] = set()
         self._runs = itertools.count(1)
+        # The numbered updates of runs that ended, until their final result is surely
+        # taken (kept as long as the result is kept for re-sending).
+        self._ended_updates: OrderedDict[str, deque[tuple[p.Message, int]]] = OrderedDict()
 
     def take(self) -> list[Action]:
         out, self.out = self.out, []
@@ -270,6 +291,17 @@ class ForagerSession:
                     run.asks[request] = msg
         elif msg.kind == "graph.spawn":
             self._waiting_replies.add(msg.id)
+        elif msg.kind in _NUMBERED and (msg.kind == "task.progress" or msg.b.get("partial")):
+            run = self.running.get(msg.ref or "")
+            if run is not None:
+                run.n += 1
+                msg.b["n"] = run.n  # (the queen takes each number once)
+                size = _size(msg.b.get("value"))
+                run.updates.append((msg, size))
+                run.updates_bytes += size
+                while run.updates and (len(run.updates) > UPDATES_KEPT
+                                       or run.updates_bytes > UPDATES_KEPT_BYTES):
+                    run.updates_bytes -= run.updates.popleft()[1]
         self.outbox.append(msg)
 
     def finished(self, ref: str, run: int, body: dict[str, Any]) -> bool:
@@ -282,6 +314,11 @@ class ForagerSession:
         if current.cancelled:
             body = {"status": "cancelled"}
         del self.running[ref]
+        if current.updates:
+            ended = self._ended_updates
+            ended[ref] = current.updates
+            while len(ended) > RESENT_MAX:
+                ended.popitem(last=False)
         self.outbox.append(p.Message("task.result", body, ref=ref, to="queen"))
         return True
 
@@ -294,11 +331,23 @@ class ForagerSession:
 
     # -- the session's turns --------------------------------------------------------------
 
-    def welcomed(self, first: bool) -> None:
+    def welcomed(self, first: bool, updates: Any = None) -> None:
         """Questions still waiting go again: the queen answers one it holds the answer
-        to (the answer was lost with a connection), or keeps waiting."""
+        to (the answer was lost with a connection), or keeps waiting. ``updates``: the
+        welcome's map of each run it took back to the number of the last progress or
+        partial result it has; the later ones go again, in order, before anything new
+        (a queen that sends no map takes none again)."""
         if first:
             return
+        if isinstance(updates, dict):
+            for ref, last in updates.items():
+                run = self.running.get(ref)
+                kept = run.updates if run is not None else self._ended_updates.get(ref)
+                if kept is None or not isinstance(last, int):
+                    continue
+                again = [m for m, _ in kept if m.b["n"] > last]
+                queued = {id(m) for m in self.outbox}
+                self.outbox.extendleft(reversed([m for m in again if id(m) not in queued]))
         for run in self.running.values():
             self.outbox.extend(run.asks.values())
 
@@ -402,7 +451,10 @@ class ForagerSession:
         if sent:
             keep = patience + 2.0
             while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
-                sent.popleft()
+                item = sent.popleft()[1]
+                if self._ended_updates:
+                    ref = item.ref if isinstance(item, p.Message) else item.get("ref")
+                    self._ended_updates.pop(str(ref), None)
         if self.draining and not self.running:
             if not self.outbox:
                 self.out.append(Leave())  # drained: leave (the queen is told on the way)

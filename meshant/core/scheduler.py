@@ -332,15 +332,34 @@ class Scheduler:
         self.move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
         self._enqueue(task, now)
 
+    @staticmethod
+    def _numbered(att: Attempt, body: dict[str, Any], out: dict[str, Any]) -> bool:
+        """A progress report or partial result the forager numbered (``n``): False if
+        this attempt's was taken already (sent again after a reconnect, or duplicated on
+        the way); else ``out`` carries the attempt and number (kept in the journal, so a
+        queen taking over knows what the forager need not send again)."""
+        n = body.get("n")
+        if n.__class__ is not int:
+            return True
+        if n <= att.n:
+            return False
+        att.n = n
+        out["attempt"] = att.number
+        out["n"] = n
+        return True
+
     def progress(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         att.lease = now + self.assign_timeout
         task = att.task
+        out: dict[str, Any] = {"task": task.id}
+        if not self._numbered(att, body, out):
+            return  # taken already
         if task.state == ASSIGNED:
             self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         # The audit trail keeps each progress report (not a state: the task stays put).
         self.note(task, now, "progress",
                   f"{body.get('fraction', '')} {body.get('note', '')}".strip())
-        out = {"task": task.id, "seq": task.next_seq()}
+        out["seq"] = task.next_seq()
         for k in ("fraction", "note"):
             if k in body:
                 out[k] = body[k]
@@ -359,9 +378,12 @@ class Scheduler:
             self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
         if body.get("partial"):
             att.lease = now + self.assign_timeout
-            self.outbox.work.append(Deliver(task, "task.result", {
-                "task": task.id, "seq": task.next_seq(), "partial": True,
-                "value": body.get("value")}))
+            out: dict[str, Any] = {"task": task.id}
+            if self._numbered(att, body, out):
+                out["seq"] = task.next_seq()
+                out["partial"] = True
+                out["value"] = body.get("value")
+                self.outbox.work.append(Deliver(task, "task.result", out))
             return
         status = body.get("status", "ok")
         if status == "cancelled":

@@ -118,6 +118,9 @@ class Attempt:
     number: int
     lease: float
     live: bool = True
+    # The forager's number of the last progress report or partial result taken from this
+    # attempt (its ``n``): what it need not send again after a reconnect or a takeover.
+    n: int = 0
 
 
 RETRY_ON_MAX = 20  # exception types a submission may name, at most

@@ -18,6 +18,7 @@ class Run:
     forager: str
     ref: str
     life: str
+    partials: int = 0  # partial results its handler sent (values {"run": uid, "i": 0, 1...})
 
 
 @dataclass(slots=True)

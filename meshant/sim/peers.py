@@ -401,7 +401,7 @@ class SimForager(SimPeer):
         self.do()
 
     def welcomed(self, first: bool) -> None:
-        self.fs.welcomed(first)
+        self.fs.welcomed(first, self.sess.welcome.get("updates"))
 
     def lost(self, why: str) -> None:
         self.fs.queen_lost()
@@ -518,8 +518,10 @@ class SimForager(SimPeer):
             return
         if step == "partial":
             if "progress" in self.sess.features:
-                self.fs.send(p.Message("task.result", {"partial": True, "value": len(h.steps)},
-                                       ref=ref, to="queen"))
+                run = self.ledger.runs[h.uid]
+                self.fs.send(p.Message("task.result", {"partial": True, "value": {
+                    "run": h.uid, "i": run.partials}}, ref=ref, to="queen"))
+                run.partials += 1
         elif step == "progress":
             if "progress" in self.sess.features:
                 self.fs.send(p.Message("task.progress", {"fraction": 0.5}, ref=ref, to="queen"))

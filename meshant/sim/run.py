@@ -383,9 +383,11 @@ class Colony:
         gone = [g for g in led.graphs if g not in led.graph_outcomes]
         if gone:
             led.fail("one-outcome", f"graph {gone[0]} never ended")
-        problems = Journal(":memory:", connection=self.disk).verify()
+        journal = Journal(":memory:", connection=self.disk)
+        problems = journal.verify()
         if problems:
             led.fail("journal-chain", problems[0])
+        self._check_kept_updates(journal)
         for k in led.kept.values():
             # At most once: the queen forgets a kept message before it sends it, and its
             # receipt says it was handed over (a connection that dies loses both).
@@ -400,6 +402,26 @@ class Colony:
                 if peer.alive and r is not None and r.synced and r.items != items:
                     led.fail("memory", f"{peer.name}'s colony memory {r.items} is not the "
                              f"queen's {items}")
+
+    def _check_kept_updates(self, journal: Journal) -> None:
+        """Every partial result of the run that completed a task is kept, once and in
+        order: the colony loses none to a dead connection or a queen's crash (the forager
+        sends again what the welcome says the queen lacks)."""
+        led = self.ledger
+        for task_id, outcomes in led.outcomes.items():
+            body = outcomes[0]
+            result = body.get("result")
+            if body.get("state") != "completed" or not isinstance(result, dict):
+                continue
+            run = led.runs.get(result.get("run", -1))
+            if run is None or journal.find(task_id) is None:
+                continue  # (a keyed duplicate's, or pruned from the journal)
+            got = [b["value"]["i"] for _, kind, b in journal.conversation.updates(task_id)
+                   if kind == "task.result" and isinstance(b.get("value"), dict)
+                   and b["value"].get("run") == run.uid]
+            if got != list(range(run.partials)):
+                led.fail("updates-kept", f"task {task_id}: the journal keeps partials "
+                         f"{got} of run {run.uid}, which sent {run.partials}")
 
 
 def run_seed(seed: int, disabled: frozenset[int] = frozenset(),

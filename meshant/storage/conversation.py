@@ -150,6 +150,24 @@ class ConversationStore:
         rows = self._all("SELECT task_id, MAX(seq) FROM task_updates GROUP BY task_id")
         return {r[0]: int(r[1]) for r in rows if r[0] in wanted and r[1] is not None}
 
+    def marks(self, task_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """For each of ``task_ids`` whose forager numbered its updates: ``(attempt, n)`` of
+        its newest journaled progress report or partial result (one query)."""
+        wanted = set(task_ids)
+        rows = self._all(
+            "SELECT u.task_id, u.body FROM task_updates u JOIN (SELECT task_id, MAX(seq) "
+            "AS s FROM task_updates WHERE kind IN ('task.progress', 'task.result') GROUP BY "
+            "task_id) m ON u.task_id = m.task_id AND u.seq = m.s")
+        out: dict[str, tuple[int, int]] = {}
+        for task_id, raw in rows:
+            if task_id not in wanted:
+                continue
+            body = unpack(raw)
+            if isinstance(body, dict) and isinstance(body.get("n"), int) and isinstance(
+                    body.get("attempt"), int):
+                out[task_id] = (body["attempt"], body["n"])
+        return out
+
     def kept(self, name: str | None = None) -> list[dict[str, Any]]:
         """Inbox messages, oldest first (for one name, or all)."""
         q = ("SELECT id, to_name, kind, from_name, body, sent, expires, size, receipt, ord "

@@ -94,7 +94,8 @@ class JournalReader:
         store = self.conversation
         return Restored(tasks=tasks, memory=self.memory(), graphs=running, graph_tasks=finals,
                         questions=store.questions(), kept=store.kept(),
-                        last_seqs=store.last_seqs(unfinished), names=self.names())
+                        last_seqs=store.last_seqs(unfinished), marks=store.marks(unfinished),
+                        names=self.names())
 
     def find_key(self, key: str) -> dict[str, Any] | None:
         """The newest task submitted with idempotency key ``key``, or None."""
