@@ -86,6 +86,7 @@ class Peer:
         self._handlers: dict[str, Callable[[p.Message], object]] = {
             "welcome": self._on_welcome,
             "error": self._on_error,
+            "hb": self._on_queen_hb,  # (the farewell comes this way too)
             "mem.sync": self.memory.on_reply,
         }
 

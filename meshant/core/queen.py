@@ -316,6 +316,12 @@ class QueenCore:
         hb = p.Message("hb", {"epoch": f"{st.epoch}.stopped", "queen": st.name,
                               "state": "stopping"}, frm=st.name, ts=st.wall(now))
         self.out.actions.append(Publish(HB_TOPIC, p.binary.encode(hb)))
+        # And to each peer directly: a subscription made a moment ago may not have reached
+        # the PUB socket yet (a slow joiner), and a peer would wait out its heartbeat
+        # timeout to hear what the farewell says.
+        for node in list(self.registry.by_id.values()):
+            if node.codec != JSON:
+                st.send(node, hb)
 
     def status(self, now: float) -> dict[str, Any]:
         """Registry, queue depths and counters (what ``meshant status`` shows).

@@ -138,6 +138,9 @@ class SimPeer:
                 self.sess.on_welcome(msg.ref, msg.b, self.clock.now)
         elif msg.kind == "error":
             self._error(msg)
+        elif msg.kind == "hb":  # a farewell, sent directly too
+            if self.sess.active:
+                self.sess.on_queen_beat(msg.b.get("epoch"), self.clock.now)
         elif msg.kind == "mem.sync" and self.replica is not None:
             self._memory(msg.b)
         else:
