@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
@@ -161,13 +162,25 @@ def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
     return run, call, is_async
 
 
-def _ended(run: Run[Any], result: Any, t0: float) -> None:
-    try:  # what the forager would send: a result the wire cannot carry fails the task
-        p.binary.encode(p.Message("task.result", {"status": "ok",
-                                                  "result": p.wrap_blob(result)}))
-        run.result = result
-    except p.ProtocolError as e:
+@contextmanager
+def _recording(run: Run[Any]) -> Iterator[list[Any]]:
+    """Around the handler's call: its result (appended to the list yielded) or its
+    exception goes into ``run``, with the time it took."""
+    t0 = time.monotonic()
+    result: list[Any] = []
+    try:
+        yield result
+    except TaskCancelled as e:
+        run.error, run.cancelled = e, True
+    except Exception as e:
         run.error = e
+    else:
+        try:  # what the forager would send: a result the wire cannot carry fails the task
+            p.binary.encode(p.Message("task.result", {"status": "ok",
+                                                      "result": p.wrap_blob(result[0])}))
+            run.result = result[0]
+        except p.ProtocolError as e:
+            run.error = e
     run.seconds = time.monotonic() - t0
 
 
@@ -221,16 +234,8 @@ def run_handler(handler: Any, payload: Any = None, *,
         else:
             raise ConfigError("run_handler was called from a running event loop: "
                               "await run_handler_async(...) instead")
-    t0 = time.monotonic()
-    try:
-        result = asyncio.run(call()) if is_async else call()
-    except TaskCancelled as e:
-        run.error, run.cancelled = e, True
-    except Exception as e:
-        run.error = e
-    else:
-        _ended(run, result, t0)
-    run.seconds = time.monotonic() - t0
+    with _recording(run) as result:
+        result.append(asyncio.run(call()) if is_async else call())
     return run
 
 
@@ -253,16 +258,8 @@ async def run_handler_async(handler: Any, payload: Any = None, *,
     loop, a plain one in a thread."""
     run, call, is_async = _prepare(handler, payload, answers, cancel_after, attempt, task_id,
                                    capability, timeout)
-    t0 = time.monotonic()
-    try:
-        result = await call() if is_async else await asyncio.to_thread(call)
-    except TaskCancelled as e:
-        run.error, run.cancelled = e, True
-    except Exception as e:
-        run.error = e
-    else:
-        _ended(run, result, t0)
-    run.seconds = time.monotonic() - t0
+    with _recording(run) as result:
+        result.append(await call() if is_async else await asyncio.to_thread(call))
     return run
 
 
