@@ -12,7 +12,8 @@ after the other on the same colony:
 * A2A: JSON-RPC ``SendMessage`` over one kept-alive HTTP connection (httpx), and the
   official a2a-sdk client streaming ``SendStreamingMessage`` (SSE) for partials;
 * MCP: the official mcp client over streamable HTTP (``tools/call``; partials arrive as
-  progress notifications).
+  progress notifications); ``mcp-http``: the same calls as plain JSON-RPC over httpx, the
+  gateway's share without the SDK client's.
 
 The target (docs/a2a-mcp.md): a gateway's echo p50 at most 2 ms over the native p50.
 """
@@ -120,6 +121,36 @@ async def mcp(url: str, n: int, partials: int) -> dict[str, float]:
     return {"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "partials_per_s": rate}
 
 
+async def mcp_raw(url: str, n: int) -> dict[str, float]:
+    """``tools/call`` as plain JSON-RPC over one kept-alive httpx connection (no SDK
+    client, as the A2A row measures): the gateway's own share of the MCP round trip."""
+    import httpx
+
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=30, headers=accept) as http:
+        r = await http.post(url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                       "params": {"protocolVersion": "2025-11-25",
+                                                  "capabilities": {},
+                                                  "clientInfo": {"name": "bench",
+                                                                 "version": "1"}}})
+        r.raise_for_status()
+        session = {"mcp-protocol-version": "2025-11-25"}
+        if r.headers.get("mcp-session-id"):
+            session["mcp-session-id"] = r.headers["mcp-session-id"]
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        headers=session)
+        lat = []
+        for i in range(50 + n):
+            t = time.perf_counter()
+            r = await http.post(url, headers=session, json={
+                "jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"i": i}}})
+            if i >= 50:
+                lat.append(time.perf_counter() - t)
+            assert r.status_code == 200 and '"isError":false' in r.text, r.text
+    return {"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "partials_per_s": 0.0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=400, help="echo round trips per client")
@@ -142,7 +173,8 @@ def main() -> None:
         mcp_url = start("mcp", "--queen", q, "--listen", "127.0.0.1:0", "--json")["mcp"]
         rows = {"native": native(q, args.n, args.partials),
                 "a2a": asyncio.run(a2a(a2a_url, args.n, args.partials)),
-                "mcp": asyncio.run(mcp(mcp_url, args.n, args.partials))}
+                "mcp": asyncio.run(mcp(mcp_url, args.n, args.partials)),
+                "mcp-http": asyncio.run(mcp_raw(mcp_url, args.n))}
     finally:
         _procs.stop(procs)
     base = rows["native"]["p50_ms"]
