@@ -442,3 +442,27 @@ def test_cancel_answers_with_what_the_task_became(colony: Colony) -> None:
     with pytest.raises(BadInput) as e:
         c.cancel("no-such-task")
     assert e.value.code == "unknown-task" and "no-such-task" in e.value.message
+
+
+def test_a_handler_streaming_faster_than_the_connection_waits_for_room(
+        colony: Colony, monkeypatch: pytest.MonkeyPatch) -> None:
+    # #26: a handler's partials queue ahead of the connection at most STREAM_BACKLOG
+    # messages (the forager's memory stays bounded); every one still arrives, in order.
+    from meshant.actors import forager as forager_mod
+
+    monkeypatch.setattr(forager_mod, "STREAM_BACKLOG", 64)
+    colony.start_queen()
+    backlog: list[int] = []
+
+    def tokens(n: int, ctx: TaskContext) -> int:
+        for i in range(n):
+            ctx.partial(i)
+            backlog.append(f._backlog())
+        return n
+
+    f = colony.forager({"tokens": tokens})
+    c = colony.client()
+    fut = c.submit("tokens", 20_000)
+    assert [u.value for u in fut.updates(30)] == list(range(20_000))
+    assert fut.result(10) == 20_000
+    assert max(backlog) <= 64 + 1, max(backlog)

@@ -426,3 +426,33 @@ def test_a_draining_forager_whose_queen_is_gone_leaves_within_a_heartbeat_timeou
     assert fp.stderr is not None
     err = fp.stderr.read()
     assert "leaving with 1 messages unsent: the queen is gone" in err or "reconnecting" not in err
+
+
+def test_a_streaming_backlog_goes_out_in_slices_of_batched_results_in_order() -> None:
+    # #26: consecutive results, partial or final, travel as one task.batch; a backlog
+    # is handed out in slices (a full pipe then puts back one slice, not all of it);
+    # only final results are kept for re-sending (partials are kept per run, numbered).
+    from meshant import protocol as p
+    from meshant.core.forager_session import ForagerSession
+
+    fs = ForagerSession(["echo"], slots=2)
+    fs.features = frozenset({"progress", "batch"})
+    fs.assign("a.1", {"task": "a", "attempt": 1, "capability": "echo"}, None, 0.0)
+    (start,) = fs.take()
+    for i in range(5):
+        fs.send(p.Message("task.result", {"partial": True, "value": i}, ref="a.1"))
+    fs.send(p.Message("task.progress", {"fraction": 0.5}, ref="a.1"))
+    fs.send(p.Message("task.result", {"partial": True, "value": 5}, ref="a.1"))
+    fs.finished("a.1", start.run, {"status": "ok", "result": "done"})
+    first = fs.flush(0.0, limit=3)
+    assert [m.kind for m in first] == ["task.batch"] and len(fs.outbox) == 5
+    fs.unsent(first)  # the pipe was full: the slice goes back, in front, in order
+    sent = fs.flush(0.0, limit=3) + fs.flush(0.0, limit=3) + fs.flush(0.0, limit=3)
+    assert fs.flush(0.0) == [] and [m.kind for m in sent] == [
+        "task.batch", "task.batch", "task.progress", "task.batch"]
+    items = [r for m in sent if m.kind == "task.batch" for r in m.b["results"]]
+    assert [r.get("value", r.get("result")) for r in items] == [0, 1, 2, 3, 4, 5, "done"]
+    assert [r.get("n") for r in items] == [1, 2, 3, 4, 5, 7, None]  # (6: the progress)
+    for m in sent:
+        fs.sent(m, 0.0)
+    assert [r["ref"] for _, r in fs._sent] == ["a.1"] and fs._sent[0][1]["result"] == "done"

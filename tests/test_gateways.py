@@ -522,7 +522,10 @@ def test_mcp_over_http_with_a_token_bad_input_cancel_and_list_changed(
             await asyncio.gather(call, return_exceptions=True)
             await asyncio.to_thread(wait_for, lambda: mc.status()["counters"]["cancelled"]
                                     == cancelled + 1, 10, "the task to be cancelled")
-            assert mc.status()["running"] == 0
+            # The slot is free once the forager's handler has ended (a moment after the
+            # queen counted the cancel): it must come back.
+            await asyncio.to_thread(wait_for, lambda: mc.status()["running"] == 0, 10,
+                                    "the forager's slot to come back")
         # A forager with a new tool joins: the host is told.
         procs.forager(edge.queen, "--builtins")
         await asyncio.to_thread(wait_for, lambda: changed, 10, "tools/list_changed")

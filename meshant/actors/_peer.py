@@ -49,6 +49,7 @@ log = logging.getLogger("meshant")
 
 Item = p.Message | list[bytes]  # a message, or frames already encoded
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
+FLUSH_ROUNDS = 16  # outbox slices sent per loop turn at most (see _flush)
 
 
 class Peer:
@@ -68,6 +69,7 @@ class Peer:
         self._ctx = context or zmq.Context.instance()
         self._calls: deque[Call] = deque()
         self._waker = Waker()
+        self._more = False  # the last flush stopped with the pipe still taking more
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._welcomed = threading.Event()
@@ -415,9 +417,13 @@ class Peer:
 
     def _flush(self, now: float) -> None:
         """Send what the session has for the queen, while the connection takes it."""
+        self._more = False
         if not self._welcomed.is_set() or self._sock is None:
             return
-        for _ in range(3):  # (an unsendable result is replaced by an error: send it too)
+        # The session hands out a backlog in slices (and an unsendable result comes back
+        # as an error to send too); a turn sends FLUSH_ROUNDS of them at most, so a
+        # handler streaming flat out cannot keep the loop from reading the queen.
+        for _ in range(FLUSH_ROUNDS):
             items = self._outgoing(now)
             if not items:
                 return
@@ -431,6 +437,7 @@ class Peer:
                     self._unsent(items[i:])
                     return
                 self._sent(item, now)
+        self._more = True  # the pipe takes more: the next turn comes without a wait
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -580,7 +587,8 @@ class Peer:
         while not self._stopping.is_set():
             wait = self._next_wakeup() - time.monotonic()
             if self._welcomed.is_set() and self._pending():
-                wait = min(wait, 0.05)  # the pipe was full: try again soon
+                # The pipe was full: try again soon; or a backlog is still going out.
+                wait = 0.0 if self._more else min(wait, 0.05)
             events = dict(poller.poll(int(max(0.0, wait) * 1000)))
             if waker_fd in events:
                 self._waker.drain()

@@ -39,6 +39,10 @@ from meshant.protocol.codes import Code
 
 log = logging.getLogger("meshant.forager")
 
+# Messages (progress reports, partial results) that may wait to go to the queen before a
+# handler that sends another waits for room (see wait_for_room).
+STREAM_BACKLOG = 4096
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -82,6 +86,7 @@ class Forager(Peer):
         # The handlers' contexts of the tasks running now, by assign id.
         self.running: dict[str, TaskContext] = {}
         self._fs: ForagerSession | None = None
+        self._room = threading.Event()  # set: the backlog to the queen went down
         self._pool: Workers | None = None
         # Where async def handlers run: the caller's loop under run_async, else a loop
         # of our own in a thread, made on the first async task.
@@ -455,6 +460,31 @@ class Forager(Peer):
             self._pool.submit(fn, *args)
         except RuntimeError:
             pass  # pool shut down: we are stopping, and the queen will reissue
+
+    def wait_for_room(self, ctx: TaskContext) -> None:
+        """Called by a handler after each progress report or partial result: while more
+        than STREAM_BACKLOG messages wait to go to the queen (a handler streaming faster
+        than the connection carries them, or the queen away), wait until half of them
+        left. Returns at once on the I/O thread (an inline handler) or an event loop
+        (an async handler), once the task is cancelled, or when the forager stops."""
+        if self._backlog() <= STREAM_BACKLOG or threading.get_ident() == self._io_ident:
+            return
+        if asyncio._get_running_loop() is not None:
+            return  # an async handler: never block its event loop (the caller's, maybe)
+        while (self._backlog() > STREAM_BACKLOG // 2 and not ctx.is_cancelled
+               and not self._stopping.is_set()):
+            self._room.clear()
+            if self._backlog() > STREAM_BACKLOG // 2:
+                self._room.wait(0.1)
+
+    def _backlog(self) -> int:
+        fs = self._fs
+        return len(self._calls) + (len(fs.outbox) if fs is not None else 0)
+
+    def _flush(self, now: float) -> None:
+        super()._flush(now)
+        if not self._room.is_set() and self._backlog() <= STREAM_BACKLOG // 2:
+            self._room.set()
 
     # -- I/O thread: the queen's messages --------------------------------------------------
 

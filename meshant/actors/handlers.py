@@ -149,6 +149,7 @@ class TaskContext:
         if note is not None:
             body["note"] = str(note)
         self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
+        self._room()
 
     def spawn(self, name: str, capability: str, payload: Any = None, *,
               after: list[str] | None = None, after_spawned: list[str] | None = None,
@@ -184,12 +185,23 @@ class TaskContext:
 
     def partial(self, value: Any) -> None:
         """Stream a partial result to the submitter (delivered in order, exactly once).
-        Nothing is sent once the task is cancelled, or without ``progress`` negotiated."""
+        Nothing is sent once the task is cancelled, or without ``progress`` negotiated.
+        A handler streaming faster than the connection carries (or while the queen is
+        away) waits here once 4,096 messages are queued, so the forager's memory stays
+        bounded; an ``async def`` handler is never made to wait."""
         if self._cancelled or "progress" not in self._forager.features:
             return
         self._forager.send_message(p.Message(
             "task.result", {"partial": True, "value": p.wrap_blob(value)}, ref=self.ref,
             to="queen"))
+        self._room()
+
+    def _room(self) -> None:
+        # A handler streaming faster than the connection carries waits here for the
+        # backlog to go down (the forager's memory stays bounded), unless cancelled.
+        wait = getattr(self._forager, "wait_for_room", None)
+        if wait is not None:
+            wait(self)
 
 
 class Asks:

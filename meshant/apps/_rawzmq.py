@@ -5,6 +5,7 @@ msgpack at each end, the broker only forwards frames.
 
     python -m meshant.apps._rawzmq broker FRONT BACK     # prints a JSON ready line
     python -m meshant.apps._rawzmq worker BACK_ENDPOINT
+    python -m meshant.apps._rawzmq streamer BACK_ENDPOINT   # n messages per request
 """
 
 from __future__ import annotations
@@ -80,6 +81,24 @@ def worker(back_ep: str) -> None:
         s.send_multipart([frames[0], packb(payload)])
 
 
+def streamer(back_ep: str) -> None:
+    """The streaming floor: a request ``{"n": N}`` is answered with N messages, one per
+    token, as a worker relaying a model's tokens one by one would."""
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.connect(back_ep)
+    s.send(b"READY")
+    print(json.dumps({"event": "ready"}), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    packb, unpackb = msgpack.packb, msgpack.unpackb
+    while True:
+        frames = s.recv_multipart()
+        for i in range(int(unpackb(frames[1])["n"])):
+            s.send_multipart([frames[0], packb({"partial": True, "value": i})])
+
+
 def pubbroker(front_ep: str, pub_ep: str) -> None:
     """The broadcast floor: what a DEALER sends, the broker publishes on PUB."""
     ctx = zmq.Context()
@@ -102,6 +121,8 @@ def pubbroker(front_ep: str, pub_ep: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "broker":
         broker(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "streamer":
+        streamer(sys.argv[2])
     elif sys.argv[1] == "pubbroker":
         pubbroker(sys.argv[2], sys.argv[3])
     else:

@@ -40,6 +40,11 @@ ORPHANS_MAX = 10_000
 UPDATES_KEPT = 1000
 UPDATES_KEPT_BYTES = 1 << 20
 _NUMBERED = frozenset({"task.progress", "task.result"})
+# Messages taken from the outbox per flush (see ``flush``), and about how many bytes of
+# partial results' values one task.batch carries (one over the queen's --max-message is
+# split again by ``unencodable``).
+FLUSH_MAX = 512
+BATCH_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -364,34 +369,43 @@ class ForagerSession:
         self._sent.clear()
         self.outbox.extendleft(reversed(again))
 
-    def flush(self, now: float) -> list[p.Message]:
-        """What to send now, in order: final results batched when negotiated."""
+    def flush(self, now: float, limit: int = FLUSH_MAX) -> list[p.Message]:
+        """What to send now, in order, at most ``limit`` messages of the outbox: a
+        handler streaming faster than the connection takes leaves a backlog, and a full
+        pipe then costs one slice put back, not the whole backlog walked every turn.
+        With ``batch`` negotiated, consecutive results (partial or final) travel as one
+        ``task.batch`` (spec §2.4), of at most about BATCH_BYTES of partial values."""
         outbox = self.outbox
         if not outbox:
             return []
+        take = [outbox.popleft() for _ in range(min(limit, len(outbox)))]
         accepts = self._accepts
         if accepts:
             # Anything sent about a task implies it was accepted.
-            for msg in outbox:
+            for msg in take:
                 if msg.ref in accepts:
                     del accepts[msg.ref]
+        if "batch" not in self.features or len(take) == 1:
+            return take
         out: list[p.Message] = []
-        if "batch" in self.features and len(outbox) > 1:
-            results: list[dict[str, Any]] = []
-            while outbox:
-                msg = outbox.popleft()
-                if msg.kind == "task.result" and not msg.b.get("partial"):
-                    results.append({**msg.b, "ref": msg.ref})
-                    continue
-                if results:
+        results: list[dict[str, Any]] = []
+        size = 0
+        for msg in take:
+            if msg.kind == "task.result":
+                b = msg.b
+                if results and size >= BATCH_BYTES:
                     out.append(self._results(results))
-                    results = []
-                out.append(msg)
+                    results, size = [], 0
+                results.append({**b, "ref": msg.ref})
+                if b.get("partial"):
+                    size += _size(b.get("value"))
+                continue
             if results:
                 out.append(self._results(results))
-        else:
-            out.extend(outbox)
-            outbox.clear()
+                results, size = [], 0
+            out.append(msg)
+        if results:
+            out.append(self._results(results))
         return out
 
     @staticmethod
@@ -405,7 +419,8 @@ class ForagerSession:
     def sent(self, msg: p.Message, now: float) -> None:
         """``msg`` (from ``flush``) left: a final result is kept for re-sending."""
         if msg.kind == "task.batch":
-            self._sent.extend((now, r) for r in msg.b["results"])
+            # Partial results are kept per run (numbered), not as results to re-send.
+            self._sent.extend((now, r) for r in msg.b["results"] if not r.get("partial"))
         elif msg.kind == "task.result" and not msg.b.get("partial"):
             self._sent.append((now, msg))
 

@@ -270,7 +270,7 @@ class SimPeer:
         self.conn = self.net.connect(self, self.queen)
 
     def flush(self, now: float) -> None:
-        for _ in range(3):
+        for _ in range(100_000):  # (a network without full pipes: until all went)
             items = self.outgoing(now)
             if not items:
                 return
@@ -411,7 +411,9 @@ class SimForager(SimPeer):
 
     def outgoing(self, now: float) -> list[Item]:
         self.fs.features = self.sess.features
-        return list(self.fs.flush(now))
+        # The outbox in slices of 1, 2 or the real size (by the process's life, not the
+        # rng, so seeds keep their schedules): batches cut at every place, in order.
+        return list(self.fs.flush(now, (1, 2, fs_.FLUSH_MAX)[self.gen % 3]))
 
     def sent(self, item: Item, now: float) -> None:
         if isinstance(item, p.Message):
