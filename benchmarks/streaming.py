@@ -66,7 +66,7 @@ def _together(n: int, work: Any) -> float:
     return time.perf_counter() - t0
 
 
-def mesh_rate(queen: str, tasks: int, partials: int) -> float:
+def mesh_rate(queen: str, tasks: int, partials: int, progress: bool = False) -> float:
     clients = [Client(queen, timeout=10) for _ in range(tasks)]
     try:
         for c in clients:  # connected and welcomed before the clock starts
@@ -74,7 +74,7 @@ def mesh_rate(queen: str, tasks: int, partials: int) -> float:
         got = [0] * tasks
 
         def one(i: int) -> None:
-            fut = clients[i].submit("tokens", {"n": partials})
+            fut = clients[i].submit("tokens", {"n": partials, "progress": progress})
             got[i] = sum(1 for u in fut.updates(30) if u.kind == "partial")
             fut.result(30)
 
@@ -127,6 +127,8 @@ def main() -> None:
     ap.add_argument("--partials", type=int, default=2000, help="partials per task")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--journal", default=":memory:", help="':memory:' or 'file' (a fresh one)")
+    ap.add_argument("--progress", action="store_true", help="a progress report after "
+                    "each partial (counted apart: the rate is of partials)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,12 +148,14 @@ def main() -> None:
                                   str(args.tasks), "--json"], env)
                 procs.append(f)
                 _procs.read_json_line(f, 20)
-                rates["meshant"].append(mesh_rate(router, args.tasks, args.partials))
+                rates["meshant"].append(mesh_rate(router, args.tasks, args.partials,
+                                                 args.progress))
             finally:
                 _procs.stop(procs)
             rates["raw"].append(_raw_round(args.tasks, args.partials))
     med = {k: statistics.median(v) for k, v in rates.items()}
     out = {"tasks": args.tasks, "partials_per_task": args.partials, "journal": args.journal,
+           "progress": args.progress,
            "rounds": args.rounds, "meshant_msgs_per_s": round(med["meshant"]),
            "raw_msgs_per_s": round(med["raw"]), "ratio": round(med["meshant"] / med["raw"], 2),
            "target": 2.0}

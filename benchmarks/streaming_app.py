@@ -13,8 +13,12 @@ forager = Forager()
 
 @forager.task("tokens")
 def tokens(payload: dict[str, Any], ctx: TaskContext) -> int:
-    """Stream payload.n partial results (the token's index), then return n."""
+    """Stream payload.n partial results (the token's index), each followed by a
+    progress report when payload.progress, then return n."""
     n = int(payload["n"])
+    progress = bool(payload.get("progress"))
     for i in range(n):
         ctx.partial(i)
+        if progress:
+            ctx.progress((i + 1) / n)
     return n

@@ -175,7 +175,8 @@ class ManualForager(_Recording, SimForager):
                 continue
             fs._accepts.pop(ref, None)
             if msg.kind == "task.reject" or (
-                    msg.kind in ("task.result", "task.batch") and not item.get("partial")):
+                    msg.kind in ("task.result", "task.batch") and not item.get("partial")
+                    and "kind" not in item):
                 fs.running.pop(ref, None)
 
 
@@ -346,7 +347,7 @@ class InMemoryColony:
             items = m.b["results"] if m.kind == "task.batch" else [m.b] if (
                 m.kind == "task.result") else []
             for b in items:
-                if not b.get("partial"):
+                if not b.get("partial") and "kind" not in b:  # (not a batched progress)
                     assert b["task"] not in out, f"two results for {b['task']}"
                     out[b["task"]] = b
             if m.kind not in ("task.batch", "task.result"):

@@ -456,3 +456,30 @@ def test_a_streaming_backlog_goes_out_in_slices_of_batched_results_in_order() ->
     for m in sent:
         fs.sent(m, 0.0)
     assert [r["ref"] for _, r in fs._sent] == ["a.1"] and fs._sent[0][1]["result"] == "done"
+
+
+def test_with_batch_progress_a_forager_batches_its_progress_with_its_results() -> None:
+    # #26: progress reports join the run of results (an item with "kind"); a slice the
+    # pipe did not take comes back as the messages the items stand for; progress is
+    # never kept as a result to re-send.
+    from meshant import protocol as p
+    from meshant.core.forager_session import ForagerSession
+
+    fs = ForagerSession(["echo"], slots=1)
+    fs.features = frozenset({"progress", "batch", "batch.progress"})
+    fs.assign("a.1", {"task": "a", "attempt": 1, "capability": "echo"}, None, 0.0)
+    (start,) = fs.take()
+    for i in range(3):
+        fs.send(p.Message("task.result", {"partial": True, "value": i}, ref="a.1"))
+        fs.send(p.Message("task.progress", {"fraction": (i + 1) / 3}, ref="a.1"))
+    fs.finished("a.1", start.run, {"status": "ok", "result": "done"})
+    (batch,) = fs.flush(0.0)
+    kinds = [r.get("kind", "partial" if r.get("partial") else "final")
+             for r in batch.b["results"]]
+    assert kinds == ["partial", "task.progress"] * 3 + ["final"]
+    fs.unsent([batch])
+    assert [m.kind for m in fs.outbox] == ["task.result", "task.progress"] * 3 + [
+        "task.result"] and "kind" not in fs.outbox[1].b and fs.outbox[1].ref == "a.1"
+    (again,) = fs.flush(0.0)
+    fs.sent(again, 0.0)
+    assert [r["result"] for _, r in fs._sent] == ["done"]

@@ -450,3 +450,48 @@ def test_a_queen_stopping_cleanly_says_so_to_every_peer() -> None:
     s.take()
     s.on_queen_beat(msg.b["epoch"], 0.1)  # at once, not after 5 s of silence
     assert [type(x).__name__ for x in s.take()] == ["Lost", "SayHello"]
+
+
+def test_progress_travels_in_batches_only_between_peers_that_negotiated_it() -> None:
+    # #26: with batch.progress, a forager's progress reports ride in its task.batch and
+    # the queen's per-turn batch to a client carries them too, in order with the
+    # partials; a client without it gets them one by one, a forager without it that
+    # batches one anyway is refused unsupported for that item only.
+    from meshant.protocol.negotiation import FEATURES
+
+    sim = InMemoryColony()
+    plain = [f for f in FEATURES if f != "batch.progress"]
+    c = sim.client("c")
+    old = sim.client("old", features=plain)
+    f = sim.forager("f")
+    sub = _submit(sim, c, payload=1)
+    (a,) = sim.assigns(f)
+    f.send("task.batch", {"results": [
+        {"ref": a["id"], "kind": "task.progress", "fraction": 0.5, "n": 1},
+        {"ref": a["id"], "partial": True, "value": "tok", "n": 2},
+        {"ref": a["id"], "status": "ok", "result": "done"}]})
+    (batch,) = c.take("task.batch")
+    items = batch.b["results"]
+    assert [(i.get("kind"), i.get("partial"), i.get("state")) for i in items] == [
+        ("task.progress", None, None), (None, True, None), (None, None, "completed")]
+    assert [i["seq"] for i in items] == [1, 2, 3]
+    assert items[0]["task"] == sub.id and items[0]["fraction"] == 0.5
+    assert f.take("error") == []
+    sub2 = _submit(sim, old, payload=2)
+    (a2,) = sim.assigns(f)
+    f.send("task.batch", {"results": [
+        {"ref": a2["id"], "kind": "task.progress", "fraction": 0.25, "n": 1},
+        {"ref": a2["id"], "partial": True, "value": "t", "n": 2}]})
+    got = old.take()
+    assert [m.kind for m in got] == ["task.progress", "task.result"]
+    assert got[0].b["task"] == sub2.id and got[1].b["partial"]
+    g = sim.forager("g", features=plain)
+    sub3 = _submit(sim, c, "echo", payload=3)
+    (a3,) = sim.assigns(g)
+    g.send("task.batch", {"results": [
+        {"ref": a3["id"], "kind": "task.progress", "fraction": 0.5},
+        {"ref": a3["id"], "kind": "task.nope"},
+        {"ref": a3["id"], "status": "ok", "result": 3}]})
+    assert [(e.b["code"], e.b["assign"]) for e in g.take("error")] == [
+        ("unsupported", a3["id"]), ("bad-value", a3["id"])]
+    assert sim.results(c)[sub3.id]["result"] == 3

@@ -658,7 +658,9 @@ class Client(Peer):
     def _on_batch(self, msg: p.Message) -> None:
         for item in msg.b["results"]:
             if isinstance(item, dict):
-                self._task_message("task.result", item)
+                kind = item.pop("kind", "task.result")
+                if kind == "task.result" or kind == "task.progress":
+                    self._task_message(kind, item)
 
     def _on_update(self, msg: p.Message) -> None:
         b = msg.b

@@ -34,6 +34,15 @@ HB_INTERVAL = 0.5
 BIG = 100 * 1024
 
 
+
+def _items(msg: p.Message) -> list[p.Message]:
+    """``msg``, or the messages a task.batch's items stand for (each ``ref`` its own)."""
+    if msg.kind != "task.batch":
+        return [msg]
+    return [p.Message(i.get("kind", "task.result"),
+                      {k: v for k, v in i.items() if k not in ("ref", "kind")},
+                      ref=i.get("ref")) for i in msg.b["results"] if isinstance(i, dict)]
+
 class ForagerKit:
     """One run against one forager command."""
 
@@ -159,7 +168,8 @@ class ForagerKit:
                 return True
             if m.kind == "task.batch":
                 items = [i for i in m.b["results"] if isinstance(i, dict)]
-                mine = [i for i in items if i.get("ref") == aid]
+                mine = [i for i in items if i.get("ref") == aid and not i.get("partial")
+                        and "kind" not in i]
                 if mine:
                     found.update(mine[0])
                     rest = [i for i in items if i.get("ref") != aid]
@@ -172,7 +182,7 @@ class ForagerKit:
         self.q.expect(match, timeout, f"final result for {aid}")
         problem = result_problem(found, self.q.codec)
         require(problem is None, f"malformed result for {aid}: {problem}")
-        about = [(m, n) for _, m, n in self.q.log if m.ref == aid]
+        about = [(m, n) for _, msg, n in self.q.log for m in _items(msg) if m.ref == aid]
         if "progress" not in self.features and self.q.codec != JSON:
             require(not any(m.kind == "task.progress" or m.b.get("partial") for m, _ in about),
                     f"progress or partial results for {aid} without progress negotiated")
@@ -270,7 +280,8 @@ class ForagerKit:
         words = ["alpha", "beta", "gamma"]
         aid = self._assign_one("stream", {"text": " ".join(words), "delay": 0.01})
         self._final(aid)
-        seen = [m for _, m, _ in self.q.log if m.ref == aid]
+        # A batch's items stand for messages of their own, in order (§2.4).
+        seen = [m for _, msg, _ in self.q.log for m in _items(msg) if m.ref == aid]
         kinds = [("partial" if m.b.get("partial") else m.kind) for m in seen
                  if m.kind != "task.accept"]
         partials = [m.b.get("value") for m in seen if m.b.get("partial")]
@@ -400,7 +411,7 @@ class ForagerKit:
             aid = self._assign_one("stream", {"text": "one two", "delay": 0.01})
             self._final(aid)
             if any(m.ref == aid and (m.kind == "task.progress" or m.b.get("partial"))
-                   for _, m, _ in self.q.log):
+                   for _, msg, _ in self.q.log for m in _items(msg)):
                 used.append("progress")
         data = secrets.token_bytes(BIG)
         aid = self._assign_one("echo", data)

@@ -107,8 +107,9 @@ class Peer:
         if msg.kind == "task.batch":
             # Items are processed as if sent one by one (§2.4): so they are seen here.
             self.batches += 1
-            self._pending = [p.Message("task.result", item, id=msg.id, frm=msg.frm,
-                                       ref=item.get("task")) for item in msg.b["results"]]
+            self._pending = [p.Message(item.pop("kind", "task.result"), item, id=msg.id,
+                                       frm=msg.frm, ref=item.get("task"))
+                             for item in msg.b["results"]]
             return self._pending.pop(0) if self._pending else None
         if msg.kind == "task.assigns":
             self.batches += 1

@@ -1,9 +1,10 @@
 """The end of a turn: the work the scheduler decided becomes sends, batched per peer.
 
-Per peer, in one turn: results for a client, assignments for a forager travel as one
-message when the peer negotiated batching. Anything else sent to that peer first flushes
-its batch, so the order of what it receives never changes. Progress and partial results
-reach only clients that negotiated them.
+Per peer, in one turn: results (and progress, with batch.progress) for a client,
+assignments for a forager travel as one message when the peer negotiated batching.
+Anything else sent to that peer first flushes its batch, so the order of what it
+receives never changes. Progress and partial results reach only clients that negotiated
+them.
 """
 
 from __future__ import annotations
@@ -53,11 +54,16 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                     peer = by_id.get(client)
                     if peer is None or "progress" not in peer.features:
                         continue
-                if kind == "task.result":
+                if kind == "task.result" or kind == "task.progress":
                     peer = by_id.get(client)
                     if peer is not None and "batch" in peer.features:
-                        results.setdefault(client, []).append(body)
-                        continue
+                        if kind == "task.result":
+                            results.setdefault(client, []).append(body)
+                            continue
+                        if "batch.progress" in peer.features:
+                            results.setdefault(client, []).append(
+                                {**body, "kind": kind})
+                            continue
                 if client in results:
                     _send_results(st, client, results.pop(client))
                 st.send_to(client, BINARY,
@@ -88,7 +94,11 @@ def _send_assigns(st: QueenState, node: Node, items: list[dict[str, Any]]) -> No
 
 def _send_results(st: QueenState, client: bytes, items: list[dict[str, Any]]) -> None:
     if len(items) == 1:
-        msg = p.Message("task.result", items[0], ref=items[0]["task"])
+        body = items[0]
+        kind = body.get("kind", "task.result")
+        if kind != "task.result":
+            body = {k: v for k, v in body.items() if k != "kind"}
+        msg = p.Message(kind, body, ref=body["task"])
     else:
         msg = p.Message("task.batch", {"results": items})
     st.send_to(client, BINARY, msg)

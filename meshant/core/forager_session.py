@@ -123,6 +123,12 @@ def _size(value: Any) -> int:
     return 64 + (len(data) if isinstance(data, bytes | bytearray | memoryview) else 0)
 
 
+def _unbatched(item: dict[str, Any]) -> p.Message:
+    """A task.batch item as the message of its own it stands for."""
+    body = {k: v for k, v in item.items() if k != "ref" and k != "kind"}
+    return p.Message(item.get("kind", "task.result"), body, ref=item["ref"], to="queen")
+
+
 class ForagerSession:
     """One forager's tasks and its messages to the queen."""
 
@@ -387,18 +393,25 @@ class ForagerSession:
                     del accepts[msg.ref]
         if "batch" not in self.features or len(take) == 1:
             return take
+        # With batch.progress, progress reports join the run too (an item with "kind").
+        progress = "batch.progress" in self.features
         out: list[p.Message] = []
         results: list[dict[str, Any]] = []
         size = 0
         for msg in take:
-            if msg.kind == "task.result":
+            kind = msg.kind
+            if kind == "task.result" or (progress and kind == "task.progress"):
                 b = msg.b
                 if results and size >= BATCH_BYTES:
                     out.append(self._results(results))
                     results, size = [], 0
-                results.append({**b, "ref": msg.ref})
-                if b.get("partial"):
-                    size += _size(b.get("value"))
+                if kind == "task.result":
+                    results.append({**b, "ref": msg.ref})
+                    if b.get("partial"):
+                        size += _size(b.get("value"))
+                else:
+                    results.append({**b, "ref": msg.ref, "kind": kind})
+                    size += 64
                 continue
             if results:
                 out.append(self._results(results))
@@ -411,16 +424,15 @@ class ForagerSession:
     @staticmethod
     def _results(results: list[dict[str, Any]]) -> p.Message:
         if len(results) == 1:
-            r = dict(results[0])
-            ref = r.pop("ref")
-            return p.Message("task.result", r, ref=ref, to="queen")
+            return _unbatched(results[0])
         return p.Message("task.batch", {"results": results}, to="queen")
 
     def sent(self, msg: p.Message, now: float) -> None:
         """``msg`` (from ``flush``) left: a final result is kept for re-sending."""
         if msg.kind == "task.batch":
             # Partial results are kept per run (numbered), not as results to re-send.
-            self._sent.extend((now, r) for r in msg.b["results"] if not r.get("partial"))
+            self._sent.extend((now, r) for r in msg.b["results"]
+                              if not r.get("partial") and "kind" not in r)
         elif msg.kind == "task.result" and not msg.b.get("partial"):
             self._sent.append((now, msg))
 
@@ -429,9 +441,7 @@ class ForagerSession:
         for msg in reversed(msgs):
             if msg.kind == "task.batch":
                 for r in reversed(msg.b["results"]):
-                    body = {k: v for k, v in r.items() if k != "ref"}
-                    self.outbox.appendleft(p.Message("task.result", body, ref=r["ref"],
-                                                     to="queen"))
+                    self.outbox.appendleft(_unbatched(r))
             else:
                 self.outbox.appendleft(msg)
 
@@ -442,9 +452,7 @@ class ForagerSession:
         line to log, if any."""
         if msg.kind == "task.batch":
             for r in reversed(msg.b["results"]):
-                body = {k: v for k, v in r.items() if k != "ref"}
-                self.outbox.appendleft(p.Message("task.result", body, ref=r["ref"],
-                                                 to="queen"))
+                self.outbox.appendleft(_unbatched(r))
             return None
         if msg.kind != "task.result":
             return f"cannot send {msg.kind}: {message}"

@@ -24,6 +24,7 @@ from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
 _RESULT = p.BY_NAME["task.result"]
+_PROGRESS = p.BY_NAME["task.progress"]
 
 
 class TaskService:
@@ -240,12 +241,14 @@ class TaskService:
         return True
 
     def progress(self, req: Request) -> None:
-        msg = req.msg
-        if self._refused(req, progress_problem(msg.b), msg.ref, "progress"):
+        self._progress(req, req.msg.ref, req.msg.b)
+
+    def _progress(self, req: Request, ref: str | None, body: dict[str, Any]) -> None:
+        if self._refused(req, progress_problem(body), ref, "progress"):
             return
-        att = self.attempt(req, msg.ref)
+        att = self.attempt(req, ref)
         if att is not None:
-            self.scheduler.progress(att, msg.b, req.now)
+            self.scheduler.progress(att, body, req.now)
 
     def result(self, req: Request) -> None:
         self._result(req, req.msg.ref, req.msg.b)
@@ -290,13 +293,28 @@ class TaskService:
                 st.counters["protocol_errors"] += 1
                 st.refuse(req, Code.BAD_TYPE, "each batched result must be a map with a 'ref'")
                 continue
+            kind = item.get("kind", "task.result")
+            if kind == "task.progress" and "batch.progress" in req.node.features:
+                spec = _PROGRESS
+            elif kind == "task.result":
+                spec = _RESULT
+            else:
+                st.counters["protocol_errors"] += 1
+                st.refuse(req, Code.UNSUPPORTED if kind == "task.progress" else Code.BAD_VALUE,
+                          f"a batched item of kind {kind!r}: items are task.result bodies, "
+                          "or task.progress ones with batch.progress negotiated (§2.4)",
+                          assign=item["ref"])
+                continue
             try:
-                p.validate_body(_RESULT, item)  # an item is a full task.result body (§2.4)
+                p.validate_body(spec, item)  # an item is a full body of its kind (§2.4)
             except p.ProtocolError as e:
                 st.counters["protocol_errors"] += 1
                 st.refuse(req, e.code, e.message, assign=item["ref"])
                 continue
-            self._result(req, item["ref"], item)
+            if spec is _PROGRESS:
+                self._progress(req, item["ref"], item)
+            else:
+                self._result(req, item["ref"], item)
 
     def oversized(self, identity: bytes, frames: list[bytes], now: float) -> None:
         """A forager's result over the limit (libzmq let it through, just): the task

@@ -77,7 +77,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("task.status", 18, "ask for the state of one task", (_f("task", str, True),)),
     Kind("task.state", 19, "the state of one task",
          (_f("task", str, True), _f("state", str, True))),
-    Kind("task.batch", 20, "several task.result bodies in one message (negotiated: batch)",
+    Kind("task.batch", 20, "several task.result bodies (and task.progress ones, negotiated: "
+         "batch.progress) in one message (negotiated: batch)",
          (_f("results", list, True),)),
     Kind("task.assigns", 21, "several task.assign bodies, each with its id (negotiated: batch)",
          (_f("assigns", list, True),)),

@@ -674,7 +674,7 @@ class SimClient(SimPeer):
             self._update(kind, b)
         elif kind == "task.batch":
             for item in b["results"]:
-                self._update("task.result", item)
+                self._update(item.pop("kind", "task.result"), item)
         elif kind == "graph.result":
             if self.cs.graph_ended(b["graph"]):
                 self.ledger.graph_outcomes.setdefault(b["graph"], []).append(b)

@@ -157,6 +157,11 @@ BINARY = [
         id="g-0007", frm="queen", to="client-1", ref="g-m7")),
     ("graph.cancel", Message("graph.cancel", {"graph": "crawl-index"}, id="g-m8",
                              frm="client-1", to="queen")),
+    ("task.batch with a progress item (batch.progress)", Message("task.batch", {"results": [
+        {"ref": "c1-7.1", "partial": True, "value": "tok", "n": 1},
+        {"ref": "c1-7.1", "kind": "task.progress", "fraction": 0.5, "n": 2},
+        {"ref": "c1-7.1", "status": "ok", "result": "done"}]},
+        id="m-4f91c7", frm="forager-07", to="queen")),
 ]
 
 LEGACY_LINES = [
