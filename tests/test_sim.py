@@ -18,12 +18,15 @@ from meshant.core import (
     client_session,
     conversation,
     conversations,
+    delivery,
     forager_session,
     graph_book,
     inbox,
     lease,
+    outbox,
 )
 from meshant.core import scheduler as scheduler_mod
+from meshant.sim import queen as simqueen
 from meshant.sim import run as simrun
 from meshant.sim.run import DEFAULT, Profile, Result, run_seed, shrink
 
@@ -225,6 +228,38 @@ def test_mutant_partials_sent_to_a_dead_queen_are_not_sent_again(mutate: Any) ->
 def test_mutant_a_partial_sent_twice_is_taken_twice(mutate: Any) -> None:
     mutate(scheduler_mod.Scheduler, "_numbered", staticmethod(lambda att, body, out: True))
     _caught(DEFAULT.only("late-duplicate", "partition", faults=(2, 6)), 100, "updates-kept")
+
+
+@pytest.mark.slow
+def test_mutant_a_batch_to_a_client_reorders_its_updates(mutate: Any) -> None:
+    # #26: a turn's progress and partial results for one client leave as one batch
+    # (batch.progress); a batch that does not keep their order is caught.
+    real = delivery._send_results
+    mutate(delivery, "_send_results",
+           lambda st, client, items: real(st, client, items[::-1]))
+    _caught(DEFAULT, 100, "live-order")
+
+
+@pytest.mark.slow
+def test_mutant_a_forager_batch_reverses_its_items(mutate: Any) -> None:
+    # The forager's half: a batch that does not keep the handler's order. The queen
+    # takes each update number once, in order, so the earlier ones are lost.
+    real = forager_session.ForagerSession._results
+    mutate(forager_session.ForagerSession, "_results",
+           staticmethod(lambda items: real(items[::-1])))
+    _caught(DEFAULT, 100, "updates-kept")
+
+
+@pytest.mark.slow
+def test_mutant_a_turns_records_are_committed_one_by_one(mutate: Any) -> None:
+    # Found by seed 215 once the simulated handlers streamed in bursts (#26): a crash
+    # between a turn's two commits kept a graph node's task rows without its graph's;
+    # the client sent the graph again, the new queen ran the node again, and the
+    # node's hash chain was forked. A turn's records now go in one transaction.
+    def one_by_one(actions: list[Any]) -> list[Any]:
+        return [outbox.Commit([a]) if isinstance(a, outbox._JOURNAL) else a for a in actions]
+    mutate(simqueen, "grouped", one_by_one)
+    _caught(DEFAULT, 400, "journal-chain")
 
 
 def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) -> None:

@@ -28,15 +28,13 @@ from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
 from meshant.core.lease import Hint, Roles, StepDown, TakeOver
 from meshant.core.memory import MemoryStore
+from meshant.core.outbox import Commit, grouped
 from meshant.core.queen import (
-    GraphRecord,
     Publish,
     QueenConfig,
     QueenCore,
     Read,
     Record,
-    RecordMemory,
-    Remember,
     Send,
 )
 from meshant.core.queen_state import _Info
@@ -45,7 +43,7 @@ from meshant.core.scheduler import Scheduler
 from meshant.errors import ConfigError, JournalError, Timeout
 from meshant.observe import tracing
 from meshant.storage import is_postgres, open_journal
-from meshant.storage.commit import commit
+from meshant.storage.commit import commit_all
 from meshant.storage.leadership import Leadership
 
 # Messages read per loop turn at most. 16 against 1,000 before: pipelined throughput
@@ -544,11 +542,13 @@ class Queen:
         return task.submitted + self._wall_offset if task is not None else None
 
     def _carry_out(self, actions: list[Any]) -> None:
-        """Do what the core decided, in order: a journal record before what follows it."""
+        """Do what the core decided, in order: a journal record before what follows it,
+        each run of records in one transaction."""
         router, pub = self._router, self._pub
         send_frames = _zio.send_frames
         encode_for = p.encode_for
-        for a in actions:
+        todo: list[Any] = grouped(actions)  # (dispatched by class: untyped)
+        for a in todo:
             cls = a.__class__
             if cls is Send:
                 if self.core.traces and a.msg.kind in _ASSIGNS:
@@ -568,11 +568,12 @@ class Queen:
             elif cls is Read:
                 if self._reads is not None:
                     self._reads.ask(a)
-            elif cls is Record or cls is RecordMemory or cls is Remember or cls is GraphRecord:
+            elif cls is Commit:
                 try:
                     t0 = time.perf_counter()
-                    commit(self.journal, a, self._wall_offset)
-                    if cls is Record and self.observer is not None:
+                    commit_all(self.journal, a.actions, self._wall_offset)
+                    if self.observer is not None and any(
+                            r.__class__ is Record for r in a.actions):
                         self.observer.wrote(time.perf_counter() - t0)
                 except JournalError as e:
                     if self.leadership is None:

@@ -107,6 +107,33 @@ class Read:
 
 
 Action = Send | Publish | Record | RecordMemory | Remember | GraphRecord | Read
+JournalAction = Record | RecordMemory | Remember | GraphRecord
+_JOURNAL = (Record, RecordMemory, Remember, GraphRecord)
+
+
+@dataclass(slots=True)
+class Commit:
+    """A run of consecutive journal actions, made durable in one transaction: a crash
+    keeps all of them or none (a turn's task rows never without its graph's, say)."""
+
+    actions: list[JournalAction]
+
+
+def grouped(actions: list[Action]) -> list[Action | Commit]:
+    """``actions`` in order, each run of consecutive journal actions as one Commit (a
+    driver carries a Commit out as one transaction, ``storage.commit.commit_all``)."""
+    out: list[Action | Commit] = []
+    run: list[JournalAction] | None = None
+    for a in actions:
+        if isinstance(a, _JOURNAL):
+            if run is None:
+                run = []
+                out.append(Commit(run))
+            run.append(a)
+        else:
+            run = None
+            out.append(a)
+    return out
 
 
 @dataclass(slots=True)
@@ -165,5 +192,6 @@ class Outbox:
         return out
 
 
-__all__ = ["Action", "Assign", "Deliver", "GraphRecord", "Outbox", "Publish", "Read",
-           "Record", "RecordMemory", "Remember", "Revoke", "Send", "Watch", "Work"]
+__all__ = ["Action", "Assign", "Commit", "Deliver", "GraphRecord", "JournalAction", "Outbox",
+           "Publish", "Read", "Record", "RecordMemory", "Remember", "Revoke", "Send", "Watch",
+           "Work", "grouped"]

@@ -527,6 +527,12 @@ class SimForager(SimPeer):
                 self.fs.send(p.Message("task.result", {"partial": True, "value": {
                     "run": h.uid, "i": run.partials}}, ref=ref, to="queen"))
                 run.partials += 1
+                if h.uid % 3 == 0:
+                    # A streamer (a third of the runs, by run, not by the rng): a
+                    # progress report after each partial, and its updates in one burst,
+                    # so they leave in batches (batch.progress).
+                    self.fs.send(p.Message("task.progress", {"fraction": 0.5}, ref=ref,
+                                           to="queen"))
         elif step == "progress":
             if "progress" in self.sess.features:
                 self.fs.send(p.Message("task.progress", {"fraction": 0.5}, ref=ref, to="queen"))
@@ -544,7 +550,11 @@ class SimForager(SimPeer):
             self.fs.send(msg)
             self._later(h, 3.0, lambda h: self._reply_timeout(h, msg.id))
             return
-        self._later(h, self.rng.uniform(0.001, 0.03), self._step)
+        delay = self.rng.uniform(0.001, 0.03)
+        if h.uid % 3 == 0 and step == "partial" and h.steps and h.steps[0] == "partial":
+            self._step(h)
+            return
+        self._later(h, delay, self._step)
 
     def _ask_timeout(self, h: HandlerRun, request: str) -> None:
         if h.waiting == request:  # no answer: withdraw it and go on
@@ -585,6 +595,8 @@ class SimClient(SimPeer):
         self.cs = ClientSession(queen_wait=1e9, submit_timeout=1e9, retry_queue_full=True,
                                 rng=random.Random(self.rng.random()))
         self.attached: dict[str, list[int]] = {}  # task -> sequence numbers seen
+        # task -> the last update heard live: the queen's number, (attempt, n)
+        self.live: dict[str, tuple[int, tuple[Any, Any]]] = {}
 
     def fresh(self) -> None:
         self.cs = ClientSession(queen_wait=1e9, submit_timeout=1e9, retry_queue_full=True,
@@ -698,6 +710,18 @@ class SimClient(SimPeer):
         self.do()
 
     def _update(self, kind: str, b: dict[str, Any]) -> None:
+        seq = b.get("seq")
+        if isinstance(seq, int) and (kind == "task.progress" or b.get("partial")):
+            # A submitter's live updates come in the order the queen numbered them, and
+            # an attempt's in the order its handler made them (the forager's ``n``),
+            # batched or not; after a takeover one may come again, never an older one.
+            task, n = b["task"], (b.get("attempt"), b.get("n"))
+            last, last_n = self.live.get(task, (0, (None, None)))
+            if seq < last or (n[0] == last_n[0] and isinstance(n[1], int)
+                              and isinstance(last_n[1], int) and n[1] < last_n[1]):
+                self.ledger.fail("live-order", f"{self.name} heard update {seq} (run "
+                                 f"{n}) of {task} after {last} (run {last_n})")
+            self.live[task] = (max(last, seq), n if n[1] is not None else last_n)
         if (not self.cs.update(kind, b) and str(b.get("task", ""))[:3] == "tg:"
                 and kind == "task.result" and not b.get("partial")):
             self.log(f"{self.name} hears graph node {b['task']}: {b.get('state')}")

@@ -18,7 +18,7 @@ from typing import Any
 from meshant import protocol as p
 from meshant.actors._reads import answer
 from meshant.core.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
-from meshant.core.outbox import Deliver, Publish, Read, Send
+from meshant.core.outbox import Commit, Deliver, Publish, Read, Send, grouped
 from meshant.core.queen import QueenConfig, QueenCore
 from meshant.core.reads import PER_PEER
 from meshant.core.registry import Node
@@ -26,7 +26,7 @@ from meshant.core.tasks import QUEUED, Task
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
 from meshant.sim.world import Clock, Net
-from meshant.storage.commit import commit
+from meshant.storage.commit import commit_all
 from meshant.storage.journal import Journal
 
 WALL = 1.0e9  # the simulated wall clock: virtual time plus this
@@ -331,8 +331,12 @@ class SimQueen:
 
     def _carry_out(self, core: QueenCore, actions: list[Any]) -> None:
         net, life = self.net, self.incarnation
-        for a in actions:
-            self.on_action(a)
+        for a in grouped(actions):
+            if isinstance(a, Commit):
+                for r in a.actions:
+                    self.on_action(r)
+            else:
+                self.on_action(a)
             if self.crash_after is not None:
                 if self.crash_after <= 0:
                     self.crash_after = None
@@ -352,12 +356,13 @@ class SimQueen:
                     net.publish(self.name, topic, frames)
                 case Read():
                     self._read(a, life)
-                case _:
+                case Commit():
                     if not self._write(a):
                         return
 
-    def _write(self, action: Any) -> bool:
-        """A journal action, fenced by the term when queens share the journal."""
+    def _write(self, action: Commit) -> bool:
+        """A run of journal actions (one transaction), fenced by the term when queens
+        share the journal."""
         store, hold = self.store, self.hold
         if store is not None and hold is not None and not store.fenced(hold.term):
             self.log(f"{self.life} is deposed: its write is fenced off (term {hold.term}, "
@@ -368,7 +373,7 @@ class SimQueen:
         if self.journal is None:
             return True
         try:
-            commit(self.journal, action, WALL)
+            commit_all(self.journal, action.actions, WALL)
         except Deposed:
             return False
         self.ledger.writes += 1

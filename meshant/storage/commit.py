@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.core.outbox import GraphRecord, Record, RecordMemory, Remember
+from meshant.core.outbox import GraphRecord, JournalAction, Record, RecordMemory, Remember
 from meshant.storage import conversation
 from meshant.storage import graphs as graph_store
-
-JournalAction = Record | RecordMemory | Remember | GraphRecord
+from meshant.storage.records import Batch, memory_batch
 
 
 def commit(journal: Any, action: JournalAction, to_wall: float) -> None:
@@ -28,4 +27,31 @@ def commit(journal: Any, action: JournalAction, to_wall: float) -> None:
             journal.write(graph_store.batch(graphs, nodes, to_wall))
 
 
-__all__ = ["JournalAction", "commit"]
+def batch_of(journal: Any, action: JournalAction, to_wall: float) -> Batch:
+    """The rows ``action`` writes (its tasks' hash chains move now: see records.py)."""
+    match action:
+        case Record(tasks=tasks):
+            batch: Batch = journal.task_batch(tasks, to_wall)
+            return batch
+        case RecordMemory(changes=changes):
+            return memory_batch(changes)
+        case Remember(questions=questions, updates=updates, kept=kept, unkept=unkept, to=to):
+            return conversation.batch(questions, updates, kept, unkept, to)
+        case GraphRecord(graphs=graphs, nodes=nodes):
+            return graph_store.batch(graphs, nodes, to_wall)
+    raise TypeError(f"not a journal action: {action!r}")
+
+
+def commit_all(journal: Any, actions: list[JournalAction], to_wall: float) -> None:
+    """Make a run of journal actions durable in one transaction (a turn's task rows and
+    its graphs' rows: a crash keeps both or neither). Raises JournalError as ``commit``."""
+    if len(actions) == 1:
+        commit(journal, actions[0], to_wall)
+        return
+    batch = Batch()
+    for a in actions:
+        batch.merge(batch_of(journal, a, to_wall))
+    journal.write(batch)
+
+
+__all__ = ["JournalAction", "batch_of", "commit", "commit_all"]

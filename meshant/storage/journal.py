@@ -372,7 +372,11 @@ class Journal(JournalReader):
 
         ``to_wall`` converts the scheduler's monotonic times to wall-clock times.
         """
-        self.write(self._noted(self._log.prepare(tasks, to_wall, time.time())))
+        self.write(self.task_batch(tasks, to_wall))
+
+    def task_batch(self, tasks: Iterable[Any], to_wall: float) -> Batch:
+        """The rows ``record`` writes, to write with others in one transaction."""
+        return self._noted(self._log.prepare(tasks, to_wall, time.time()))
 
     def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
         """Write colony memory changes: ``(key, value, expires_wall, seq)``, a value of

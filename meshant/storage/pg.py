@@ -302,7 +302,11 @@ class PgJournal(JournalReader):
 
     def record(self, tasks: Iterable[Any], to_wall: float) -> None:
         """Write what changed in ``tasks`` in one transaction (see ``write``)."""
-        self.write(self._noted(self._log.prepare(tasks, to_wall, time.time())))
+        self.write(self.task_batch(tasks, to_wall))
+
+    def task_batch(self, tasks: Iterable[Any], to_wall: float) -> Batch:
+        """The rows ``record`` writes, to write with others in one transaction."""
+        return self._noted(self._log.prepare(tasks, to_wall, time.time()))
 
     def record_memory(self, changes: Iterable[tuple[str, Any, float | None, int]]) -> None:
         """Write colony memory changes (as the SQLite journal's ``record_memory``)."""

@@ -79,6 +79,15 @@ class Batch:
     # the conversations' (meshant.storage.conversation).
     extra: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
 
+    def merge(self, other: Batch) -> None:
+        """Add ``other``'s rows (one transaction for both)."""
+        self.inserts += other.inserts
+        self.updates += other.updates
+        self.events += other.events
+        self.mem_set += other.mem_set
+        self.mem_del += other.mem_del
+        self.extra += other.extra
+
     def __bool__(self) -> bool:
         return bool(self.inserts or self.updates or self.mem_set or self.mem_del
                     or self.extra)
