@@ -95,3 +95,24 @@ def test_bench_quick_is_quick_and_shows_units() -> None:
                                                                          "pipelined"))]
     assert header.split()[:3] == ["scenario", "metric", "unit"]
     assert any(" µs " in x for x in rows) and any(" tasks/s " in x for x in rows)
+
+
+def test_streaming_scenarios_and_script_run() -> None:
+    # #26: partials from 10 tasks to 10 clients through one queen, with and without a
+    # progress report after each, beside raw's relay; every partial is counted (the
+    # scenario raises if one is missing).
+    r = subprocess.run([sys.executable, "-m", "meshant", "bench", "--quick", "-s", "streaming",
+                        "-s", "streaming-progress", "--json", "-"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["unit"] for row in rows] == ["partials/s", "partials/s"]
+    assert "progress" in rows[1]["scenario"] and "progress" not in rows[0]["scenario"]
+    for row in rows:
+        assert row["meshant"] > 0 and row["raw"] > 0 and row["ratio"] > 0
+    s = subprocess.run([sys.executable, "-m", "benchmarks.streaming", "--rounds", "1",
+                        "--tasks", "3", "--partials", "200", "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert s.returncode == 0, s.stderr
+    out = json.loads(s.stdout)
+    assert out["meshant_partials_per_s"] > 0 and out["raw_msgs_per_s"] > 0

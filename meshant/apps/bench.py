@@ -458,6 +458,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_streaming(sizes: Sizes, progress: bool) -> list[Row]:
+    """10 tasks streaming partial results to 10 clients through one queen, against the
+    raw relay's messages per second (``meshant.apps.bench_streaming``)."""
+    from meshant.apps.bench_streaming import round_once
+
+    tasks, partials = 10, (300 if sizes.brief else 2000)
+    m, r = round_once(tasks, partials, progress)
+    label = ", with a progress report after each" if progress else ""
+    return [Row(f"streaming: {tasks} tasks x {partials} partials to {tasks} clients{label}",
+                "rate", "partials/s", m, r, higher_is_better=True,
+                extra={"target": "meshant >= 2x raw (ratio <= 0.50x)"})]
+
+
 Scenario = Callable[[Sizes], list[Row]]
 
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
@@ -468,6 +481,10 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                                                    label=", threaded client")),
     "pipelined": ("pipelined throughput, window of tasks in flight, 1 forager",
                   lambda z: run_pipelined("tcp", z, 1)),
+    "streaming": ("10 tasks streaming partial results to 10 clients (raw: a message each)",
+                  lambda z: run_streaming(z, False)),
+    "streaming-progress": ("the same with a progress report after each partial",
+                           lambda z: run_streaming(z, True)),
     "pipelined-4": ("pipelined throughput, 4 foragers", lambda z: run_pipelined("tcp", z, 4)),
     "payload-100B": ("round trip of a 100 B bytes payload (inline msgpack bin)",
                      lambda z: run_roundtrip("tcp", _fewer(z), b"x" * 100, ", 100 B bytes")),

@@ -114,7 +114,8 @@ class MeshTopology:
 class RawTopology:
     """The floor: a forwarding broker and ``n`` echo workers in raw pyzmq."""
 
-    def __init__(self, transport: str, workers: int = 1) -> None:
+    def __init__(self, transport: str, workers: int = 1, kind: str = "worker") -> None:
+        """``kind``: ``worker`` (echo) or ``streamer`` (n messages per request; tcp/ipc)."""
         from meshant.apps import _rawzmq
 
         self.eps = Endpoints(transport)
@@ -123,6 +124,8 @@ class RawTopology:
         self.ctx: zmq.Context[Any] = zmq.Context()
         env = {"PYTHONUNBUFFERED": "1"}
         if transport == "inproc":
+            if kind != "worker":
+                raise ValueError("the raw streamer runs as a process: use tcp or ipc")
             front, back = self.eps.next(), self.eps.next()
             self._stop = threading.Event()
             # Per instance: set by this topology's broker once it is bound (_bound) and has
@@ -151,14 +154,14 @@ class RawTopology:
         # As the colony's: the workers start with the broker, on endpoints chosen now.
         front, back = self.eps.fixed(), self.eps.fixed()
         b = start("broker", front, back)
-        ws = [start("worker", back) for _ in range(workers)]
+        ws = [start(kind, back) for _ in range(workers)]
         try:
             info = _procs.read_json_line(b, 20)
         except RuntimeError:
             _procs.stop([b, *ws])
             b = start("broker", self.eps.next(), self.eps.next())
             info = _procs.read_json_line(b, 20)
-            ws = [start("worker", info["back"]) for _ in range(workers)]
+            ws = [start(kind, info["back"]) for _ in range(workers)]
         self.endpoint = info["front"]
         self.procs += [b, *ws]
         for wp in ws:

@@ -34,15 +34,21 @@ def fail(payload: Any) -> Any:
 
 
 def stream(payload: Any, ctx: TaskContext) -> Any:
-    """Stream {"text": TEXT}'s words as partial results, like a model streaming tokens."""
+    """Stream {"text": TEXT}'s words as partial results, like a model streaming tokens,
+    each followed by a progress report unless "progress" is false; "delay" seconds
+    (default 0.01) before each word."""
     text = payload.get("text", "") if isinstance(payload, dict) else str(payload or "")
     delay = float(payload.get("delay", 0.01)) if isinstance(payload, dict) else 0.01
+    progress = not isinstance(payload, dict) or payload.get("progress", True) is not False
     words = text.split()
     for i, w in enumerate(words):
-        if ctx.cancelled.wait(delay):
+        if delay > 0 and ctx.cancelled.wait(delay):
+            break
+        if ctx.is_cancelled:
             break
         ctx.partial(w)
-        ctx.progress((i + 1) / len(words))
+        if progress:
+            ctx.progress((i + 1) / len(words))
     return {"words": len(words)}
 
 
