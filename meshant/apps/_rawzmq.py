@@ -66,14 +66,22 @@ def broker(front_ep: str, back_ep: str) -> None:
                 back.send_multipart([workers[rr], *fr])
 
 
-def worker(back_ep: str) -> None:
+def _joined(back_ep: str, hwm: int | None = None) -> zmq.Socket[Any]:
+    """A worker's DEALER, connected to the broker's back and announced (READY)."""
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    if hwm is not None:
+        s.setsockopt(zmq.SNDHWM, hwm)
     s.connect(back_ep)
     s.send(b"READY")
     print(json.dumps({"event": "ready"}), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    return s
+
+
+def worker(back_ep: str) -> None:
+    s = _joined(back_ep)
     packb, unpackb = msgpack.packb, msgpack.unpackb
     while True:
         frames = s.recv_multipart()
@@ -84,14 +92,7 @@ def worker(back_ep: str) -> None:
 def streamer(back_ep: str) -> None:
     """The streaming floor: a request ``{"n": N}`` is answered with N messages, one per
     token, as a worker relaying a model's tokens one by one would."""
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.connect(back_ep)
-    s.send(b"READY")
-    print(json.dumps({"event": "ready"}), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    s = _joined(back_ep, hwm=0)
     packb, unpackb = msgpack.packb, msgpack.unpackb
     while True:
         frames = s.recv_multipart()
