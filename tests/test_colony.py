@@ -466,3 +466,33 @@ def test_a_handler_streaming_faster_than_the_connection_waits_for_room(
     assert [u.value for u in fut.updates(30)] == list(range(20_000))
     assert fut.result(10) == 20_000
     assert max(backlog) <= 64 + 1, max(backlog)
+
+
+def test_a_batch_that_cannot_go_goes_again_one_by_one(colony: Colony) -> None:
+    # Found by a review of #26: a task.batch that could not be encoded (a partial msgpack
+    # cannot carry) or was over a small --max-message was split back and batched again,
+    # identically, every turn: the forager spun and the task never ended. Now its items
+    # go one by one: the bad partial is dropped (logged), the rest arrive, in order.
+    import datetime
+
+    colony.start_queen(max_message=100_000)
+
+    def odd(_p: Any, ctx: TaskContext) -> str:
+        ctx.partial("a")
+        ctx.partial(datetime.datetime.now())  # msgpack cannot carry it
+        ctx.partial("b")
+        return "done"
+
+    def burst(_p: Any, ctx: TaskContext) -> str:
+        for i in range(100):
+            ctx.partial(f"{i:04d}" + "t" * 2000)  # 2 KB tokens: 200 KB, over the limit
+        return "done"
+
+    colony.forager({"odd": odd, "burst": burst})
+    c = colony.client()
+    fut = c.submit("odd")
+    assert [u.value for u in fut.updates(10) if u.kind == "partial"] == ["a", "b"]
+    assert fut.result(10) == "done"
+    fut = c.submit("burst")
+    got = [u.value[:4] for u in fut.updates(10) if u.kind == "partial"]
+    assert got == [f"{i:04d}" for i in range(100)] and fut.result(10) == "done"

@@ -483,3 +483,52 @@ def test_with_batch_progress_a_forager_batches_its_progress_with_its_results() -
     (again,) = fs.flush(0.0)
     fs.sent(again, 0.0)
     assert [r["result"] for _, r in fs._sent] == ["done"]
+
+
+def test_updates_split_back_from_an_unsent_batch_are_not_lost_after_a_welcome() -> None:
+    # Found by a review of #26: the welcome's re-send skipped only updates still queued
+    # as the same objects; a batch split back by unsent() holds copies, so the kept
+    # originals went first and the queen, which takes each number once and in order,
+    # dropped the copies' numbers and more. Now what waits is matched by number.
+    from meshant import protocol as p
+    from meshant.core.forager_session import ForagerSession
+
+    fs = ForagerSession(["x"], 4)
+    fs.features = frozenset({"batch", "progress", "batch.progress"})
+    fs.assign("a1", {"capability": "x", "task": "t1"}, None, 0.0)
+    fs.take()
+    for _ in range(4000):
+        fs.send(p.Message("task.result", {"partial": True, "value": "tok"}, ref="a1"))
+    last, taken = 0, []
+
+    def deliver(msg: Any) -> None:
+        nonlocal last
+        items = msg.b["results"] if msg.kind == "task.batch" else [dict(msg.b, ref=msg.ref)]
+        for it in items:
+            if it.get("n") is not None and it["n"] > last:  # as the queen's _numbered
+                last = it["n"]
+                taken.append(last)
+    for _ in range(5):
+        for m in fs.flush(1.0):
+            deliver(m)
+            fs.sent(m, 1.0)
+    fs.unsent(fs.flush(1.0))  # the pipe is full: the sixth slice comes back
+    fs.queen_lost()
+    fs.welcomed(False, {"a1": last})
+    while fs.outbox:
+        for m in fs.flush(2.0):
+            deliver(m)
+    assert taken == list(range(1, 4001))
+
+
+def test_an_accept_comes_due_behind_its_own_messages_is_implied_by_them() -> None:
+    from meshant import protocol as p
+    from meshant.core.forager_session import ForagerSession
+
+    fs = ForagerSession(["x"], 1)
+    fs.features = frozenset({"progress"})
+    fs.assign("a1", {"capability": "x", "task": "t1"}, None, 0.0)
+    fs.take()
+    fs.send(p.Message("task.progress", {"fraction": 0.1}, ref="a1"))
+    fs.tick(1.0, 5.0, True)  # the implied accept is due while the progress still waits
+    assert [m.kind for m in fs.outbox] == ["task.progress"]

@@ -431,8 +431,11 @@ class Peer:
                 try:
                     sent = self._send_now(item)
                 except p.ProtocolError as e:
+                    # What follows waits behind what replaces it (a batch split back,
+                    # a failed result): nothing overtakes it.
+                    self._unsent(items[i + 1:])
                     self._unencodable(item, e)
-                    continue
+                    break
                 if not sent:
                     self._unsent(items[i:])
                     return

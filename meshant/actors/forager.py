@@ -384,6 +384,7 @@ class Forager(Peer):
     def _outgoing(self, now: float) -> list[p.Message | list[bytes]]:
         fs = self._fsess()
         fs.features = self._sess.features
+        fs.batch_bytes = min(fs_.BATCH_BYTES, self.max_message // 2)
         return list(fs.flush(now))
 
     def _unsent(self, items: list[p.Message | list[bytes]]) -> None:
@@ -472,7 +473,7 @@ class Forager(Peer):
         if asyncio._get_running_loop() is not None:
             return  # an async handler: never block its event loop (the caller's, maybe)
         while (self._backlog() > STREAM_BACKLOG // 2 and not ctx.is_cancelled
-               and not self._stopping.is_set()):
+               and not self._stopping.is_set() and not self._stopped.is_set()):
             self._room.clear()
             if self._backlog() > STREAM_BACKLOG // 2:
                 self._room.wait(0.1)

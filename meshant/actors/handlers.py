@@ -184,11 +184,13 @@ class TaskContext:
         return fut
 
     def partial(self, value: Any) -> None:
-        """Stream a partial result to the submitter (delivered in order, exactly once).
-        Nothing is sent once the task is cancelled, or without ``progress`` negotiated.
-        A handler streaming faster than the connection carries (or while the queen is
-        away) waits here once 4,096 messages are queued, so the forager's memory stays
-        bounded; an ``async def`` handler is never made to wait."""
+        """Stream a partial result to the submitter (delivered in order, exactly once;
+        across a queen's crash, as far as the forager keeps a run's updates: the last
+        1,000). Nothing is sent once the task is cancelled, or without ``progress``
+        negotiated. A handler streaming faster than the connection carries (or while the
+        queen is away) waits here once 4,096 messages are queued, so the forager's memory
+        stays bounded; ``async def`` and ``inline`` handlers are never made to wait (they
+        run on an event loop or the I/O thread: keep their streams short)."""
         if self._cancelled or "progress" not in self._forager.features:
             return
         self._forager.send_message(p.Message(

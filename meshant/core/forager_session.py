@@ -41,8 +41,8 @@ UPDATES_KEPT = 1000
 UPDATES_KEPT_BYTES = 1 << 20
 _NUMBERED = frozenset({"task.progress", "task.result"})
 # Messages taken from the outbox per flush (see ``flush``), and about how many bytes of
-# partial results' values one task.batch carries (one over the queen's --max-message is
-# split again by ``unencodable``).
+# values one task.batch carries at most (less under a small --max-message: see
+# ``batch_bytes``); a batch that cannot be sent all the same goes again one by one.
 FLUSH_MAX = 512
 BATCH_BYTES = 256 * 1024
 
@@ -149,6 +149,10 @@ class ForagerSession:
         self.running: dict[str, Run] = {}
         self.draining = False
         self.out: list[Action] = []
+        # How many of the outbox's first messages go one by one (from a batch that could
+        # not be sent), and the bytes of values a batch may carry (see ``flush``).
+        self._singles = 0
+        self.batch_bytes = BATCH_BYTES
         self.outbox: deque[p.Message] = deque()  # to the queen, in order
         self._accepts: dict[str, float] = {}
         # Final results sent lately: (when, message or batch item).
@@ -357,8 +361,10 @@ class ForagerSession:
                 if kept is None or not isinstance(last, int):
                     continue
                 again = [m for m, _ in kept if m.b["n"] > last]
-                queued = {id(m) for m in self.outbox}
-                self.outbox.extendleft(reversed([m for m in again if id(m) not in queued]))
+                # (by number: what waits may be a copy, split back from an unsent batch)
+                queued = {m.b.get("n") for m in self.outbox
+                          if m.ref == ref and m.kind in _NUMBERED and isinstance(m.b, dict)}
+                self.outbox.extendleft(reversed([m for m in again if m.b["n"] not in queued]))
         for run in self.running.values():
             self.outbox.extend(run.asks.values())
 
@@ -385,33 +391,35 @@ class ForagerSession:
         if not outbox:
             return []
         take = [outbox.popleft() for _ in range(min(limit, len(outbox)))]
+        singles = min(self._singles, len(take))
+        self._singles -= singles
         accepts = self._accepts
         if accepts:
             # Anything sent about a task implies it was accepted.
             for msg in take:
                 if msg.ref in accepts:
                     del accepts[msg.ref]
-        if "batch" not in self.features or len(take) == 1:
+        if "batch" not in self.features or len(take) - singles <= 1:
             return take
         # With batch.progress, progress reports join the run too (an item with "kind").
         progress = "batch.progress" in self.features
-        out: list[p.Message] = []
+        budget = self.batch_bytes
+        out: list[p.Message] = take[:singles]  # (from a batch that could not be sent)
         results: list[dict[str, Any]] = []
         size = 0
-        for msg in take:
+        for msg in take[singles:]:
             kind = msg.kind
             if kind == "task.result" or (progress and kind == "task.progress"):
                 b = msg.b
-                if results and size >= BATCH_BYTES:
+                n = _size(b.get("value") if b.get("partial") else b.get("result"))
+                if results and size + n > budget:
                     out.append(self._results(results))
                     results, size = [], 0
                 if kind == "task.result":
                     results.append({**b, "ref": msg.ref})
-                    if b.get("partial"):
-                        size += _size(b.get("value"))
                 else:
                     results.append({**b, "ref": msg.ref, "kind": kind})
-                    size += 64
+                size += n
                 continue
             if results:
                 out.append(self._results(results))
@@ -451,8 +459,11 @@ class ForagerSession:
         cannot make it smaller); a batch is split; anything else is dropped. Returns a
         line to log, if any."""
         if msg.kind == "task.batch":
+            # Its items go again one by one (batched again, they would fail again): each
+            # that cannot go alone is then dropped or failed as below.
             for r in reversed(msg.b["results"]):
                 self.outbox.appendleft(_unbatched(r))
+            self._singles += len(msg.b["results"])
             return None
         if msg.kind != "task.result":
             return f"cannot send {msg.kind}: {message}"
@@ -493,9 +504,13 @@ class ForagerSession:
                                       "the queen is gone"))
         if self._accepts:
             due = [ref for ref, t in self._accepts.items() if t <= now]
-            for ref in due:
-                del self._accepts[ref]
-                self.outbox.append(p.Message("task.accept", None, ref=ref, to="queen"))
+            if due:
+                waiting = {m.ref for m in self.outbox}  # (these imply the accept)
+                for ref in due:
+                    del self._accepts[ref]
+                    if ref not in waiting:
+                        self.outbox.append(p.Message("task.accept", None, ref=ref,
+                                                     to="queen"))
 
     def next_deadline(self) -> float:
         """When ``tick`` next has something to do (an implied accept), with nothing

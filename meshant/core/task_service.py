@@ -331,7 +331,8 @@ class TaskService:
         if msg.kind == "task.result" and not msg.b.get("partial"):
             refs = [msg.ref]
         elif msg.kind == "task.batch":
-            refs = [i.get("ref") for i in msg.b["results"] if isinstance(i, dict)]
+            refs = [i.get("ref") for i in msg.b["results"] if isinstance(i, dict)
+                    and not i.get("partial") and "kind" not in i]
         else:
             return
         for ref in refs:

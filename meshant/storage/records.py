@@ -80,13 +80,13 @@ class Batch:
     extra: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
 
     def merge(self, other: Batch) -> None:
-        """Add ``other``'s rows (one transaction for both)."""
-        self.inserts += other.inserts
-        self.updates += other.updates
-        self.events += other.events
-        self.mem_set += other.mem_set
-        self.mem_del += other.mem_del
-        self.extra += other.extra
+        """Add ``other``'s statements after this batch's (one transaction for both), in
+        their own order: a memory key deleted by one and set by the next stays set."""
+        for sql, rows in ((INSERT, other.inserts), (UPDATE, other.updates),
+                          (EVENT, other.events), (MEM_SET, other.mem_set),
+                          (MEM_DEL, other.mem_del), *other.extra):
+            if rows:
+                self.extra.append((sql, rows))
 
     def __bool__(self) -> bool:
         return bool(self.inserts or self.updates or self.mem_set or self.mem_del
