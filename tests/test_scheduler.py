@@ -356,16 +356,22 @@ def test_handler_errors_retry_with_backoff_then_dead_letter() -> None:
     assert c.assigns(c.step()) == [("f1", "t.r1")]
 
 
-def test_breakers_open_on_an_outage_and_half_open_after_cooldown() -> None:
-    c = Colony(breaker_threshold=3, breaker_cooldown=10.0, assign_timeout=100.0)
-    f = c.forager("f1", slots=5)
-    for i in range(5):
+def _outage(c: Colony, f: Any, tasks: int, failures: int) -> None:
+    """Submit ``tasks`` one-attempt tasks to ``f``; the first ``failures`` of them fail
+    with an infrastructure error (retry: true), as an outage would."""
+    for i in range(tasks):
         c.submit(f"t{i}", max_attempts=1)
     c.step()
-    for i in range(3):  # three different tasks fail: an outage, not a bad payload
+    for i in range(failures):
         c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {
             "retry": True}}, c.now)
     c.step()
+
+
+def test_breakers_open_on_an_outage_and_half_open_after_cooldown() -> None:
+    c = Colony(breaker_threshold=3, breaker_cooldown=10.0, assign_timeout=100.0)
+    f = c.forager("f1", slots=5)
+    _outage(c, f, tasks=5, failures=3)  # three different tasks: an outage, not a payload
     assert c.s.breakers.states() == {"foragers": {"f1": "open"}, "capabilities": {"echo": "open"}}
     c.submit("later")
     assert c.assigns(c.step(1.0)) == []  # held while open
@@ -401,13 +407,7 @@ def test_a_trial_that_ends_without_an_outcome_frees_the_half_open_circuit() -> N
     # (A fail-at-once error as the trial once left the circuit half-open for good.)
     c = Colony(breaker_threshold=2, breaker_cooldown=5.0, assign_timeout=100.0)
     f = c.forager("f1", slots=4)
-    for i in range(2):
-        c.submit(f"t{i}", max_attempts=1)
-    c.step()
-    for i in range(2):
-        c.s.result(c.s.running_on(f)[f"t{i}.1"], {"status": "error", "error": {
-            "retry": True}}, c.now)
-    c.step()
+    _outage(c, f, tasks=2, failures=2)
     assert c.s.breakers.states()["capabilities"] == {"echo": "open"}
     c.submit("trial")
     c.submit("next")
