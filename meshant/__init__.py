@@ -12,7 +12,7 @@ from meshant.actors.graphs import Graph, GraphHandle, GraphUpdate
 from meshant.actors.handlers import TaskContext
 from meshant.actors.queen import Queen
 from meshant.conformance import check_forager, check_queen
-from meshant.core.queen import QueenConfig
+from meshant.core.queen.router import QueenConfig
 from meshant.errors import (
     AskTimeout,
     ConfigError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from meshant.actors.config import ClientConfig, ForagerConfig
 from meshant.cli.queen import queen
-from meshant.core.queen import QueenConfig
+from meshant.core.queen.router import QueenConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.outbox import Record, RecordMemory
-from meshant.core.queen import QueenConfig, QueenCore
+from meshant.core.queen.outbox import Record, RecordMemory
+from meshant.core.queen.router import QueenConfig, QueenCore
 from meshant.sim.ledger import Ledger
 from meshant.sim.peers import SimClient, SimForager, SimPeer
 from meshant.sim.queen import SimQueen

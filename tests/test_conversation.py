@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from meshant import protocol as p
-from meshant.core.conversation import UpdateLogs
-from meshant.core.inbox import Inboxes, Kept
+from meshant.core.conversations.inbox import Inboxes, Kept
+from meshant.core.conversations.model import UpdateLogs
 from meshant.core.rights import OPERATIONS, permits
 from meshant.protocol.codec import JSON
 from meshant.storage import open_journal

@@ -218,7 +218,7 @@ def test_a_standby_refuses_with_not_leader_naming_the_leader(
 
 @pytest.mark.slow
 def test_a_deposed_leaders_write_is_fenced_and_changes_nothing(pg_url: str) -> None:
-    from meshant.core.tasks import Task
+    from meshant.core.tasks.model import Task
     from meshant.storage import Deposed
     from meshant.storage.pg import PgJournal
 

@@ -357,7 +357,7 @@ def test_a_stopped_run_whose_id_a_new_assignment_reuses_reports_nothing() -> Non
     # A queen restarted without a task tells its forager to stop that run; the client
     # re-sends the task, which gets the same assignment id (attempt 1 again), maybe on the
     # same forager. When the old run ends, it must neither untrack nor answer for the new.
-    from meshant.core.forager_session import ForagerSession, Start
+    from meshant.core.peers.forager_session import ForagerSession, Start
 
     fs = ForagerSession(["echo"], slots=2)
     body = {"task": "t", "attempt": 1, "capability": "echo", "payload": 1}
@@ -383,7 +383,7 @@ def test_updates_the_queen_lacks_are_sent_again_after_its_welcome() -> None:
     # Partials that died with a connection (or with a queen that had not journaled them)
     # go again, in order, before anything new; what the queen has does not.
     from meshant import protocol as p
-    from meshant.core.forager_session import ForagerSession
+    from meshant.core.peers.forager_session import ForagerSession
 
     fs = ForagerSession(["echo"], slots=2)
     fs.features = frozenset({"progress"})
@@ -433,7 +433,7 @@ def test_a_streaming_backlog_goes_out_in_slices_of_batched_results_in_order() ->
     # is handed out in slices (a full pipe then puts back one slice, not all of it);
     # only final results are kept for re-sending (partials are kept per run, numbered).
     from meshant import protocol as p
-    from meshant.core.forager_session import ForagerSession
+    from meshant.core.peers.forager_session import ForagerSession
 
     fs = ForagerSession(["echo"], slots=2)
     fs.features = frozenset({"progress", "batch"})
@@ -463,7 +463,7 @@ def test_with_batch_progress_a_forager_batches_its_progress_with_its_results() -
     # pipe did not take comes back as the messages the items stand for; progress is
     # never kept as a result to re-send.
     from meshant import protocol as p
-    from meshant.core.forager_session import ForagerSession
+    from meshant.core.peers.forager_session import ForagerSession
 
     fs = ForagerSession(["echo"], slots=1)
     fs.features = frozenset({"progress", "batch", "batch.progress"})
@@ -491,7 +491,7 @@ def test_updates_split_back_from_an_unsent_batch_are_not_lost_after_a_welcome() 
     # originals went first and the queen, which takes each number once and in order,
     # dropped the copies' numbers and more. Now what waits is matched by number.
     from meshant import protocol as p
-    from meshant.core.forager_session import ForagerSession
+    from meshant.core.peers.forager_session import ForagerSession
 
     fs = ForagerSession(["x"], 4)
     fs.features = frozenset({"batch", "progress", "batch.progress"})
@@ -523,7 +523,7 @@ def test_updates_split_back_from_an_unsent_batch_are_not_lost_after_a_welcome() 
 
 def test_an_accept_comes_due_behind_its_own_messages_is_implied_by_them() -> None:
     from meshant import protocol as p
-    from meshant.core.forager_session import ForagerSession
+    from meshant.core.peers.forager_session import ForagerSession
 
     fs = ForagerSession(["x"], 1)
     fs.features = frozenset({"progress"})

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from meshant.core.graph import GraphError, check_graph, find_cycle, normalize, substitute
+from meshant.core.graphs.model import GraphError, check_graph, find_cycle, normalize, substitute
 from meshant.protocol.codes import Code
 from meshant.storage import open_journal
 from tests.inmemory import InMemoryColony, InMemoryPeer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshant.core.heartbeat import HeartbeatMonitor
+from meshant.core.nodes.heartbeat import HeartbeatMonitor
 
 
 def test_exactly_n_misses_boundary() -> None:

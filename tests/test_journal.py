@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from meshant import Client, MeshantError, Queen
-from meshant.core.tasks import Task
+from meshant.core.tasks.model import Task
 from meshant.storage import is_postgres, open_journal
 from meshant.storage.journal import Journal
 from meshant.storage.records import SELECT
@@ -514,7 +514,7 @@ CREATE TABLE events (
 
 
 def test_the_id_filter_never_says_no_to_an_id_it_was_given() -> None:
-    from meshant.core.idfilter import IdFilter
+    from meshant.core.journal.idfilter import IdFilter
 
     f = IdFilter(capacity=2000)
     ids = [f"task-{i}" for i in range(2000)]

@@ -28,6 +28,20 @@ LAYERS: list[tuple[str, ...]] = [
     ("meshant.cli",),
     ("meshant", "meshant.__main__"),
 ]
+# The core's folders, by concern, lowest first: the same rule inside the core (a module
+# imports from its own folder and those below). Plain rules (backoff, rights) under all;
+# nodes (the registry, liveness); tasks (the model, its lifecycle, the scheduler); what
+# is built on tasks (graphs, conversations, colony memory, what the core knows of its
+# journal); then the two sides that use them all: the queen's router and services, and
+# the peers' sessions and the link that drives them.
+CORE_LAYERS: list[tuple[str, ...]] = [
+    ("meshant.core.policy", "meshant.core.rights"),
+    ("meshant.core.nodes",),
+    ("meshant.core.tasks",),
+    ("meshant.core.graphs", "meshant.core.conversations", "meshant.core.memory",
+     "meshant.core.journal"),
+    ("meshant.core.queen", "meshant.core.peers"),
+]
 # Classes whose bases of meshant's own may be more than one: none.
 COMPOSED = ("meshant.core", "meshant.actors")
 
@@ -102,9 +116,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return out
 
 
-def _layer(module: str) -> int:
+def _layer(module: str, layers: list[tuple[str, ...]] = LAYERS) -> int:
     best, level = -1, -1
-    for i, names in enumerate(LAYERS):
+    for i, names in enumerate(layers):
         for n in names:
             if (module == n or module.startswith(n + ".")) and len(n) > best:
                 best, level = len(n), i
@@ -114,7 +128,7 @@ def _layer(module: str) -> int:
 
 def test_no_import_cycles_of_any_kind() -> None:
     graph = _graph()
-    assert len(graph) > 40 and graph["meshant.core.scheduler"]  # the parse found them
+    assert len(graph) > 40 and graph["meshant.core.tasks.scheduler"]  # the parse found them
     cycles = _cycles(graph)
     assert cycles == [], f"import cycles: {[sorted(c) for c in cycles]}"
 
@@ -125,14 +139,28 @@ def test_layers_only_look_down() -> None:
     assert upward == [], f"imports from a higher layer: {upward}"
 
 
+def test_the_cores_folders_only_look_down() -> None:
+    graph = _graph()
+    core = {m for m in graph if m.startswith("meshant.core.")}
+    folders = {m for m in core if _modules()[m].name == "__init__.py"}
+    loose = sorted(m for m in core - folders if m.count(".") == 2 and m not in CORE_LAYERS[0])
+    assert loose == [], f"core modules outside a folder of the core: {loose}"
+    upward = sorted(f"{m} -> {d}" for m in core for d in graph[m] if d in core
+                    and _layer(d, CORE_LAYERS) > _layer(m, CORE_LAYERS))
+    assert upward == [], f"imports from a higher folder of the core: {upward}"
+    sideways = sorted(f"{m} -> {d}" for m in core for d in graph[m]
+                      if m.startswith("meshant.core.peers") and d.startswith("meshant.core.queen"))
+    assert sideways == [], f"the peers' side imports the queen's: {sideways}"
+
+
 def test_the_finders_find() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [frozenset({"a", "b", "c"})]
-    tree = ast.parse("def f():\n    from meshant.core import queen\n")
-    mods = {"meshant.core.queen": Path(), "meshant.x": Path()}
+    tree = ast.parse("def f():\n    from meshant.core.queen import router\n")
+    mods = {"meshant.core.queen.router": Path(), "meshant.x": Path()}
     path = PACKAGE / "x.py"
-    assert "meshant.core.queen" in _imports_of(tree, mods, path)
-    assert _layer("meshant.core.queen") < _layer("meshant.actors.queen")
+    assert "meshant.core.queen.router" in _imports_of(tree, mods, path)
+    assert _layer("meshant.core.queen.router") < _layer("meshant.actors.queen")
 
 
 def _imports_of(tree: ast.Module, mods: dict[str, Path], path: Path) -> set[str]:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from meshant.core.memory import RESYNC, MemoryError_, MemoryReplica, MemoryStore
+from meshant.core.memory.model import RESYNC, MemoryError_, MemoryReplica, MemoryStore
 
 
 def synced_replica(store: MemoryStore) -> MemoryReplica:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from meshant import protocol as p
-from meshant.core.queen import Publish, QueenConfig, QueenCore, Record, Send
+from meshant.core.queen.router import Publish, QueenConfig, QueenCore, Record, Send
 from meshant.storage.journal import Journal
 
 from .inmemory import InMemoryColony
@@ -433,7 +433,7 @@ def test_keys_expiring_together_are_one_journal_record() -> None:
 def test_a_queen_stopping_cleanly_says_so_to_every_peer() -> None:
     import random
 
-    from meshant.core.session import PeerSession
+    from meshant.core.peers.peer_session import PeerSession
 
     sim = InMemoryColony()
     sim.core.farewell(sim.now)

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from meshant.core.outbox import Assign, Deliver, Revoke, Watch, Work
-from meshant.core.registry import Node, Registry
-from meshant.core.scheduler import Scheduler
-from meshant.core.tasks import COMPLETED, FAILED, QUEUED, TRANSITIONS, Task
+from meshant.core.nodes.registry import Node, Registry
+from meshant.core.tasks.model import COMPLETED, FAILED, QUEUED, TRANSITIONS, Task
+from meshant.core.tasks.scheduler import Scheduler
+from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.errors import QueueFull
 
 
@@ -36,7 +36,8 @@ class Colony:
         self.now += dt
         self.s.tick(self.now)
         self.s.dispatch(self.now)
-        out, self.s.outbox.work = self.s.outbox.work, []
+        out = self.s.work[:]
+        self.s.work.clear()
         return [_tuple(w) for w in out]
 
     @staticmethod
@@ -523,7 +524,7 @@ def test_cancelled_and_expired_tasks_leave_nothing_behind() -> None:
     assert len(c.s.timers.heap) == 600
     for i in range(200):
         c.s.cancel(f"c{i}", c.now)
-    c.s.outbox.work.clear()
+    c.s.work.clear()
     assert len(c.s.timers.heap) <= 2 * 400  # compacted as they go stale
     out = c.step(5.0)
     # Their timeout ended the wait, but what failed them is that nobody serves "nobody".
@@ -596,7 +597,7 @@ def test_a_queued_task_carries_no_per_task_containers() -> None:
 
 
 def test_liveness_checks_skip_until_due_but_never_miss_a_deadline() -> None:
-    from meshant.core.heartbeat import HeartbeatMonitor
+    from meshant.core.nodes.heartbeat import HeartbeatMonitor
 
     m = HeartbeatMonitor(interval=1.0, misses=3)
     m.add("a", 0.0)

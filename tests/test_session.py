@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from meshant.core import session as ses
-from meshant.core.session import TRANSITIONS, PeerSession, State
+from meshant.core.peers import peer_session as ses
+from meshant.core.peers.peer_session import TRANSITIONS, PeerSession, State
 
 from .inmemory import InMemoryColony
 

@@ -13,19 +13,15 @@ from typing import Any
 
 import pytest
 
-from meshant.core import (
-    admission,
-    client_session,
-    conversation,
-    conversations,
-    delivery,
-    forager_session,
-    graph_book,
-    inbox,
-    lease,
-    outbox,
-)
-from meshant.core import scheduler as scheduler_mod
+from meshant.core.conversations import inbox
+from meshant.core.conversations import model as conversation
+from meshant.core.graphs import book as graph_book
+from meshant.core.journal import lease
+from meshant.core.peers import client_session, forager_session
+from meshant.core.queen import admission_service as admission
+from meshant.core.queen import conversation_service as conversations
+from meshant.core.queen import delivery, outbox
+from meshant.core.tasks import scheduler as scheduler_mod
 from meshant.sim import queen as simqueen
 from meshant.sim import run as simrun
 from meshant.sim.run import DEFAULT, Profile, Result, run_seed, shrink
@@ -95,7 +91,7 @@ def test_mutant_a_late_result_of_a_reissued_attempt_is_accepted(mutate: Any) -> 
         if verdict == "duplicate" and att is not None and att.task.current is not None:
             return "ok", att
         return verdict, att
-    real_hello = admission.Admission.hello
+    real_hello = admission.AdmissionService.hello
 
     def hello(self: Any, req: Any) -> None:
         real_hello(self, req)
@@ -103,7 +99,7 @@ def test_mutant_a_late_result_of_a_reissued_attempt_is_accepted(mutate: Any) -> 
         if node is not None and node.stale:
             node.stale = {r for r in node.stale if r not in self.scheduler.attempts} or None
     mutate(scheduler_mod.Scheduler, "lookup", lookup)
-    mutate(admission.Admission, "hello", hello)
+    mutate(admission.AdmissionService, "hello", hello)
     profile = DEFAULT.only("pause-forager", "kill-forager")
     seed, r = _caught(profile, 60, "superseded-attempt")
     # And it replays from its seed, shrunk to the faults that matter.
@@ -140,14 +136,14 @@ def test_mutant_a_deposed_leader_acts_for_one_turn(mutate: Any) -> None:
 
 @pytest.mark.slow
 def test_mutant_a_reused_assignment_id_is_answered_by_the_old_run(mutate: Any) -> None:
-    real = admission.Admission.hello
+    real = admission.AdmissionService.hello
 
     def hello(self: Any, req: Any) -> None:
         real(self, req)
         node = self.registry.by_id.get(req.identity)
         if node is not None:
             node.stale = None  # old runs' answers taken for the new assignments'
-    mutate(admission.Admission, "hello", hello)
+    mutate(admission.AdmissionService, "hello", hello)
     _caught(DEFAULT.only("crash-mid-turn", "kill-queen", faults=(3, 8), graphs=0.0,
                          asks=0.0, mailbox=0.0), 1000, "superseded-attempt")
 
@@ -169,7 +165,7 @@ def test_mutant_a_graph_dependant_is_released_after_its_upstream_failed(mutate: 
 
 @pytest.mark.slow
 def test_mutant_an_answer_is_delivered_to_a_later_attempt(mutate: Any) -> None:
-    real = conversations.Conversations.answer
+    real = conversations.ConversationService.answer
 
     def answer(self: Any, req: Any) -> None:
         task = self.scheduler.tasks.get(req.msg.b["task"])
@@ -178,7 +174,7 @@ def test_mutant_an_answer_is_delivered_to_a_later_attempt(mutate: Any) -> None:
         if q is not None and task is not None and task.current is not None:
             q.attempt = task.current.id  # the attempt check forgotten
         real(self, req)
-    mutate(conversations.Conversations, "answer", answer)
+    mutate(conversations.ConversationService, "answer", answer)
     _caught(DEFAULT.only("pause-forager", "kill-forager", faults=(3, 8), asks=1.0), 200,
             "answer-to-asker")
 

@@ -1,7 +1,7 @@
 """What foragers and clients share: the connection to the queen.
 
 One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. It
-carries out what the sans-IO :class:`~meshant.core.session.PeerSession` decides (say
+carries out what the sans-IO :class:`~meshant.core.peers.peer_session.PeerSession` decides (say
 hello, beat, reconnect on a fresh DEALER when the queen dies or restarts, follow a
 standby's hint to the leader) and what the subclass's own session has to send. Other
 threads never touch the sockets: they hand calls to the I/O thread (``call_soon``) and
@@ -39,8 +39,8 @@ from meshant.actors._zmqio import POLLIN as _POLLIN
 from meshant.actors._zmqio import recv_frames, send_frames
 from meshant.actors.colony_memory import Memory
 from meshant.adapters.security import client_socket, load_public, load_secret
-from meshant.core import session as ses
-from meshant.core.session import PeerSession
+from meshant.core.peers import peer_session as ses
+from meshant.core.peers.peer_session import PeerSession
 from meshant.errors import ConfigError, MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic

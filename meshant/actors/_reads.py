@@ -1,4 +1,4 @@
-"""The queen driver's journal reads (the core's :class:`~meshant.core.outbox.Read`
+"""The queen driver's journal reads (the core's :class:`~meshant.core.queen.outbox.Read`
 effects), answered off the loop when the journal is a network database.
 
 An SQLite journal is read in the queen's own process in microseconds: its reads are
@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from meshant.core.outbox import Read
+from meshant.core.queen.outbox import Read
 
 log = logging.getLogger("meshant.queen")
 
@@ -26,7 +26,7 @@ Answer = tuple[int, Any, str | None]
 
 
 def answer(journal: Any, read: Read) -> Any:
-    """What ``read`` asks of ``journal`` (an :class:`~meshant.core.archive.Archive`)."""
+    """What ``read`` asks of ``journal`` (an :class:`~meshant.core.journal.archive.Archive`)."""
     match read.what:
         case "task":
             return journal.find(read.key, events=True)

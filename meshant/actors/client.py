@@ -5,7 +5,7 @@ socket. ``Client(threaded=False)`` has no I/O thread: the calling thread drives 
 whenever it submits or waits, which saves two thread hand-offs per task (the lowest
 latency for a single-threaded caller). What it keeps, sends again and when, and what the
 queen's answers mean, is decided by a sans-IO
-:class:`~meshant.core.client_session.ClientSession`; this class holds the futures
+:class:`~meshant.core.peers.client_session.ClientSession`; this class holds the futures
 (:mod:`meshant.actors.futures`), graph handles (:mod:`meshant.actors.graphs`) and
 attachments (:mod:`meshant.actors.attach`). ``AsyncClient``
 (:mod:`meshant.actors.async_client`) wraps the threaded client for asyncio.
@@ -32,8 +32,8 @@ from meshant.actors.capability import Capability, capability_name
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
-from meshant.core import client_session as cs_
-from meshant.core.client_session import ClientSession
+from meshant.core.peers import client_session as cs_
+from meshant.core.peers.client_session import ClientSession
 from meshant.errors import (
     BadInput,
     MeshantError,

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.core.memory import RESYNC, MemoryError_, MemoryReplica, check_key
+from meshant.core.memory.model import RESYNC, MemoryError_, MemoryReplica, check_key
 from meshant.errors import BadInput, MeshantError, Timeout, from_error_body
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import MEM_TOPIC

@@ -31,8 +31,8 @@ from meshant.actors.describe import describe
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, positional_args
 from meshant.actors.workers import Workers
-from meshant.core import forager_session as fs_
-from meshant.core.forager_session import RESENT_MAX, ForagerSession
+from meshant.core.peers import forager_session as fs_
+from meshant.core.peers.forager_session import RESENT_MAX, ForagerSession
 from meshant.errors import ConfigError, Timeout, from_error_body
 from meshant.observe import tracing
 from meshant.protocol.codes import Code
@@ -59,7 +59,7 @@ class Forager(Peer):
     """A worker agent. ``slots`` tasks run at once; handlers are sync or ``async def``.
 
     What it runs and what it tells the queen is decided by a sans-IO
-    :class:`~meshant.core.forager_session.ForagerSession`; this class runs the handlers
+    :class:`~meshant.core.peers.forager_session.ForagerSession`; this class runs the handlers
     in threads and carries out what the session says."""
 
     role = "forager"

@@ -19,7 +19,7 @@ from typing import Any
 
 from meshant import protocol as p
 from meshant.actors.futures import TaskFuture, drain_updates, fail
-from meshant.core.graph import GraphError, normalize
+from meshant.core.graphs.model import GraphError, normalize
 from meshant.errors import BadInput, GraphFailed, MeshantError, from_error_body
 
 NodeDoc = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The queen: binds a ROUTER and a PUB and drives a :class:`~meshant.core.queen.QueenCore`.
+"""The queen: binds a ROUTER and a PUB and drives a :class:`~meshant.core.queen.router.QueenCore`.
 
 A thin driver: one I/O thread owns both sockets and runs a ``zmq.Poller`` loop. It reads
 the clock, feeds the core what arrives, and carries out what the core decides — sends,
@@ -26,10 +26,11 @@ from meshant.actors._boundary import translated
 from meshant.actors._reads import Reads
 from meshant.actors._waker import Waker
 from meshant.adapters.security import Authorized, load_secret, server_socket
-from meshant.core.lease import Hint, Roles, StepDown, TakeOver
-from meshant.core.memory import MemoryStore
-from meshant.core.outbox import Commit, grouped
-from meshant.core.queen import (
+from meshant.core.journal.lease import Hint, Roles, StepDown, TakeOver
+from meshant.core.memory.model import MemoryStore
+from meshant.core.nodes.registry import ACTIVE, DRAINING, Registry
+from meshant.core.queen.outbox import Commit, grouped
+from meshant.core.queen.router import (
     Publish,
     QueenConfig,
     QueenCore,
@@ -37,9 +38,8 @@ from meshant.core.queen import (
     Record,
     Send,
 )
-from meshant.core.queen_state import _Info
-from meshant.core.registry import ACTIVE, DRAINING, Registry
-from meshant.core.scheduler import Scheduler
+from meshant.core.queen.state import _Info
+from meshant.core.tasks.scheduler import Scheduler
 from meshant.errors import ConfigError, JournalError, Timeout
 from meshant.observe import tracing
 from meshant.storage import is_postgres, open_journal
@@ -63,7 +63,7 @@ class Queen:
 
     ``bind`` and ``pub`` are ZeroMQ endpoints (``tcp://127.0.0.1:0`` picks a free port;
     the bound endpoints are in :attr:`endpoint` and :attr:`pub_endpoint` once started).
-    Settings come as a :class:`~meshant.core.queen.QueenConfig` (``config=``) or as
+    Settings come as a :class:`~meshant.core.queen.router.QueenConfig` (``config=``) or as
     keyword arguments of the same names. Use :meth:`run` to serve in the calling thread
     or :meth:`start`/:meth:`stop` to serve from a background thread.
     """
@@ -195,7 +195,7 @@ class Queen:
 
     def _follow_lease(self, now: float) -> None:
         """(Loop) Follow the lease: take over, step down, or refresh the standby's hint
-        (the transitions are :class:`meshant.core.lease.Roles`')."""
+        (the transitions are :class:`meshant.core.journal.lease.Roles`')."""
         ld = self.leadership
         if ld is None:
             return

@@ -181,7 +181,7 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
     from meshant.adapters.discovery import is_loopback
-    from meshant.core.queen import QueenConfig
+    from meshant.core.queen.router import QueenConfig
 
     try:
         config = QueenConfig(

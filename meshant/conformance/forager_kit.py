@@ -27,7 +27,7 @@ from meshant import protocol as p
 from meshant.conformance.cases import DECODE_CASES, JSON_CASES
 from meshant.conformance.report import CheckFailed, Report, Skipped, require
 from meshant.conformance.wire import FakeQueen, kind_is
-from meshant.core.answers import result_problem
+from meshant.core.tasks.checks import result_problem
 from meshant.protocol.codec import JSON
 
 HB_INTERVAL = 0.5

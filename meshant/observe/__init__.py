@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class HttpSettings(Protocol):
-    """The ``http*`` settings of a queen (:class:`~meshant.core.queen.QueenConfig`)."""
+    """The ``http*`` settings of a queen (:class:`~meshant.core.queen.router.QueenConfig`)."""
 
     @property
     def http(self) -> str | None: ...

@@ -1,10 +1,11 @@
 """What the queen's loop publishes for observers: one plain dict, rebuilt every ``period``.
 
-Sans-IO like the core: :meth:`Observer.publish` reads a :class:`~meshant.core.queen.QueenCore`
-in the loop's own thread (so nothing it reads changes under it) and ``now`` is the
-driver's monotonic clock. The result is swapped into :attr:`Observer.latest` in one
-assignment; the HTTP server, the metrics and the dashboard only ever read that reference,
-so serving them takes no lock the loop waits on and reads nothing the loop is changing.
+Sans-IO like the core: :meth:`Observer.publish` reads a
+:class:`~meshant.core.queen.router.QueenCore` in the loop's own thread (so nothing it
+reads changes under it) and ``now`` is the driver's monotonic clock. The result is swapped
+into :attr:`Observer.latest` in one assignment; the HTTP server, the metrics and the
+dashboard only ever read that reference, so serving them takes no lock the loop waits on
+and reads nothing the loop is changing.
 
 The cost per snapshot is bounded: finished tasks are read once each (walking the
 scheduler's ``done`` back to the last one already seen), new submissions likewise (the
@@ -24,10 +25,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from meshant.core.tasks import ASSIGNED, FINAL, QUEUED, Task
+from meshant.core.tasks.model import ASSIGNED, FINAL, QUEUED, Task
 
 if TYPE_CHECKING:
-    from meshant.core.queen import QueenCore
+    from meshant.core.queen.router import QueenCore
 
 # Seconds: from a millisecond (an echo on loopback) to the default assign timeout.
 BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

@@ -1,7 +1,7 @@
 """Foragers and clients in the simulator: the real sans-IO sessions
-(:class:`~meshant.core.session.PeerSession` beside a
-:class:`~meshant.core.forager_session.ForagerSession` or a
-:class:`~meshant.core.client_session.ClientSession`), driven as the actors drive them,
+(:class:`~meshant.core.peers.peer_session.PeerSession` beside a
+:class:`~meshant.core.peers.forager_session.ForagerSession` or a
+:class:`~meshant.core.peers.client_session.ClientSession`), driven as the actors drive them,
 over the simulated network and clock. A forager's handlers are simulated: they take a
 while, stream partial results, ask questions, spawn graph nodes, fail when told to.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core import client_session as cs_
-from meshant.core import forager_session as fs_
-from meshant.core import session as ses
-from meshant.core.client_session import ClientSession
-from meshant.core.forager_session import ForagerSession
-from meshant.core.memory import RESYNC, MemoryReplica
+from meshant.core.memory.model import RESYNC, MemoryReplica
+from meshant.core.peers import client_session as cs_
+from meshant.core.peers import forager_session as fs_
+from meshant.core.peers import peer_session as ses
+from meshant.core.peers.client_session import ClientSession
+from meshant.core.peers.forager_session import ForagerSession
 from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX
 from meshant.sim.ledger import Kept, Ledger, Run, Submission
 from meshant.sim.world import Clock, Conn, Net

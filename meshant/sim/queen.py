@@ -1,9 +1,9 @@
-"""A queen in the simulator: the real :class:`~meshant.core.queen.QueenCore` and the real
+"""A queen in the simulator: the real :class:`~meshant.core.queen.router.QueenCore` and the real
 journal code (SQLite in memory: the disk, which outlives a killed queen), driven as the
 queen actor drives them, over the simulated network and clock.
 
 With a :class:`LeaseStore` several queens share the disk and one leads: each follows its
-lease with the real rules (:mod:`meshant.core.lease`), and every journal write is fenced
+lease with the real rules (:mod:`meshant.core.journal.lease`), and every journal write is fenced
 by the term, as a PostgreSQL journal fences it.
 """
 
@@ -17,12 +17,13 @@ from typing import Any
 
 from meshant import protocol as p
 from meshant.actors._reads import answer
-from meshant.core.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
-from meshant.core.outbox import Commit, Deliver, Publish, Read, Send, grouped
-from meshant.core.queen import QueenConfig, QueenCore
-from meshant.core.reads import PER_PEER
-from meshant.core.registry import Node
-from meshant.core.tasks import QUEUED, Task
+from meshant.core.journal.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
+from meshant.core.nodes.registry import Node
+from meshant.core.queen.outbox import Commit, Publish, Read, Send, grouped
+from meshant.core.queen.reads import PER_PEER
+from meshant.core.queen.router import QueenConfig, QueenCore
+from meshant.core.tasks.model import QUEUED, Task
+from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
 from meshant.sim.world import Clock, Net

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.queen import QueenConfig
+from meshant.core.queen.router import QueenConfig
 from meshant.sim.ledger import Ledger, Violation
 from meshant.sim.peers import SimClient, SimForager, SimPeer
 from meshant.sim.queen import LeaseStore, SimQueen

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.core.outbox import GraphRecord, JournalAction, Record, RecordMemory, Remember
+from meshant.core.queen.outbox import GraphRecord, JournalAction, Record, RecordMemory, Remember
 from meshant.storage import conversation
 from meshant.storage import graphs as graph_store
 from meshant.storage.records import Batch, memory_batch

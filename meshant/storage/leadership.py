@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from meshant.core.lease import LEADER, LeaseHold
+from meshant.core.journal.lease import LEADER, LeaseHold
 from meshant.storage.pg import PgJournal, connect
 
 log = logging.getLogger("meshant.queen")
@@ -50,7 +50,7 @@ class Leadership:
         self.endpoint = ""
         self.pub = ""
         self.on_change = on_change
-        self.hold = LeaseHold(lease)  # the rules: core/lease.py
+        self.hold = LeaseHold(lease)  # the rules: core/journal/lease.py
         self.leader: LeaderInfo | None = None
         self.error = ""  # the database's last complaint, while it is away
         self._stop = threading.Event()

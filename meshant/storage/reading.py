@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.core.archive import Restored
-from meshant.core.idfilter import IdFilter
+from meshant.core.journal.archive import Restored
+from meshant.core.journal.idfilter import IdFilter
 from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
 from meshant.storage.records import COLS, SELECT, Batch, chain, unpack

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from meshant.core.memory import DELETED
+from meshant.core.memory.model import DELETED
 from meshant.protocol.message import Blob
 
 _BLOB_EXT = 2

@@ -1,7 +1,7 @@
 """The queen's services besides tasks: status and tool queries, directed messages,
 broadcasts, the dead-letter queue, and drain and halt of foragers.
 
-A service of the queen core (:mod:`meshant.core.queen`).
+A service of the queen core (:mod:`meshant.core.queen.router`).
 """
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ from collections.abc import Callable
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.admission import Admission
-from meshant.core.conversations import Conversations
-from meshant.core.outbox import Publish
-from meshant.core.queen_state import QueenState, Request
-from meshant.core.registry import DRAINING
-from meshant.core.scheduler import Scheduler
+from meshant.core.nodes.registry import DRAINING
+from meshant.core.queen.admission_service import AdmissionService
+from meshant.core.queen.conversation_service import ConversationService
+from meshant.core.queen.outbox import Publish
+from meshant.core.queen.state import QueenState, Request
+from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import TOPIC_MAX, USER_PREFIX, valid_topic
 
 
-class Operations:
+class OperationsService:
     """Queries, messages between agents, broadcasts, dead letters, drain and halt."""
 
-    def __init__(self, state: QueenState, scheduler: Scheduler, conversations: Conversations,
-                 admission: Admission, status: Callable[[float], dict[str, Any]]) -> None:
+    def __init__(self, state: QueenState, scheduler: Scheduler, conversations: ConversationService,
+                 admission: AdmissionService, status: Callable[[float], dict[str, Any]]) -> None:
         self.state = state
         self.scheduler = scheduler
         self.conversations = conversations
@@ -144,4 +144,4 @@ class Operations:
         st.counters[msg.kind.replace(".", "_")] += 1
 
 
-__all__ = ["Operations"]
+__all__ = ["OperationsService"]

@@ -2,7 +2,7 @@
 adoption of the tasks a forager still runs), heartbeats, the registration of IACP 1.1
 foragers by their first heartbeat, liveness, and revoked keys.
 
-A service of the queen core (:mod:`meshant.core.queen`): it owns the registry's changes;
+A service of the queen core (:mod:`meshant.core.queen.router`): it owns the registry's changes;
 it tells the scheduler, the graphs and the inboxes about peers coming and going.
 """
 
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from meshant import protocol as p
-from meshant.core.graph_book import GraphBook
-from meshant.core.queen_state import HELLO_RATE, LEGACY_HB_INTERVAL, Arrival, QueenState, Request
-from meshant.core.registry import ACTIVE, DRAINING, Node, Registry
-from meshant.core.scheduler import Scheduler
+from meshant.core.graphs.book import GraphBook
+from meshant.core.nodes.registry import ACTIVE, DRAINING, Node, Registry
+from meshant.core.queen.state import HELLO_RATE, LEGACY_HB_INTERVAL, Arrival, QueenState, Request
+from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codec import JSON
 from meshant.protocol.codes import Code
 
 
-class Admission:
+class AdmissionService:
     """Peers joining, beating and leaving."""
 
     def __init__(self, state: QueenState, registry: Registry, scheduler: Scheduler,
@@ -197,4 +197,4 @@ class Admission:
         self.scheduler.forager_lost(node, now, "forager halted")
 
 
-__all__ = ["Admission"]
+__all__ = ["AdmissionService"]

@@ -2,10 +2,10 @@
 peer with the right may attach to from a cursor, and durable inboxes for names that are
 not connected.
 
-A service of the queen core (:mod:`meshant.core.queen`). The data structures are
-:mod:`meshant.core.conversation` and :mod:`meshant.core.inbox`; what the journal must
-keep leaves as :class:`~meshant.core.outbox.Remember` actions, each before what depends
-on it is sent.
+A service of the queen core (:mod:`meshant.core.queen.router`). The data structures are
+:mod:`meshant.core.conversations.model` and :mod:`meshant.core.conversations.inbox`; what
+the journal must keep leaves as :class:`~meshant.core.queen.outbox.Remember` actions, each
+before what depends on it is sent.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import deque
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.archive import Restored
-from meshant.core.conversation import (
+from meshant.core.conversations.inbox import Inboxes, Kept
+from meshant.core.conversations.model import (
     MAX_QUESTIONS,
     CursorExpired,
     Question,
@@ -23,14 +23,15 @@ from meshant.core.conversation import (
     UpdateLogs,
     size_of,
 )
-from meshant.core.inbox import Inboxes, Kept
-from meshant.core.outbox import Deliver, Remember, Work
-from meshant.core.queen_state import QueenState, Request
-from meshant.core.reads import MISSING, Reads
-from meshant.core.registry import Node
-from meshant.core.scheduler import Scheduler
-from meshant.core.task_service import TaskService
-from meshant.core.tasks import ACCEPTED, ASSIGNED, INPUT_REQUIRED, Task
+from meshant.core.journal.archive import Restored
+from meshant.core.nodes.registry import Node
+from meshant.core.queen.outbox import Remember
+from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.state import QueenState, Request
+from meshant.core.queen.task_service import TaskService
+from meshant.core.tasks.model import ACCEPTED, ASSIGNED, INPUT_REQUIRED, Task
+from meshant.core.tasks.scheduler import Scheduler
+from meshant.core.tasks.work import Deliver, Work
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
@@ -39,7 +40,7 @@ MAX_ATTACHED = 10_000  # attachments to live tasks, all together
 PROMPT_NOTE = 60  # characters of a prompt the timeline keeps
 
 
-class Conversations:
+class ConversationService:
     """Questions and answers, attachable update logs, durable inboxes."""
 
     def __init__(self, state: QueenState, scheduler: Scheduler, tasks: TaskService,
@@ -400,4 +401,4 @@ class Conversations:
             st.refuse(req, Code.BAD_VALUE, "inbox op must be list or purge")
 
 
-__all__ = ["MAX_ATTACHED", "Conversations"]
+__all__ = ["MAX_ATTACHED", "ConversationService"]

@@ -1,7 +1,7 @@
 """What every service of the queen core shares: its settings (:class:`QueenConfig`), the
 request a message becomes (:class:`Request`), and :class:`QueenState` — the outbox, the
 counters, the clocks' offset, and the helpers that address a peer. The services hold a
-QueenState; none inherits from it. The core itself is :mod:`meshant.core.queen`."""
+QueenState; none inherits from it. The core itself is :mod:`meshant.core.queen.router`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.core.outbox import Outbox, Send
-from meshant.core.registry import Node, Registry
+from meshant.core.nodes.registry import Node, Registry
+from meshant.core.queen.outbox import Outbox, Send
 from meshant.core.rights import permits
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
@@ -112,7 +112,7 @@ class Arrival:
 @dataclass(slots=True)
 class Request:
     """A message from a registered peer: what every other handler takes. ``fetched``
-    holds the journal's answers to the reads it needed (see ``core/archive.py``): a
+    holds the journal's answers to the reads it needed (see ``core/journal/archive.py``): a
     request that needs one is parked and handled again once the answer is in."""
 
     identity: bytes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from meshant.core.tasks import QUEUED, Task
+from meshant.core.tasks.model import QUEUED, Task
 
 COMPACT_MIN = 64  # a heap smaller than this is rebuilt at its first stale entry
 

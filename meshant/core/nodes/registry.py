@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshant.core.heartbeat import HeartbeatMonitor
+from meshant.core.nodes.heartbeat import HeartbeatMonitor
 
 # Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
 # registration this many heartbeat timeouts (a direct client may sit idle between calls),

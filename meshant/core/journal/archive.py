@@ -5,7 +5,7 @@ The core never calls the journal. A restarted (or newly leading) queen is built 
 :class:`Restored` the driver read before the loop started. While it runs, the core keeps
 an :class:`ArchiveIndex` of every task id, idempotency key and graph id the journal may
 hold: a new id is "certainly not there" from memory (nearly every submission), and only a
-"perhaps" becomes a :class:`~meshant.core.outbox.Read`, an effect whose answer comes back
+"perhaps" becomes a :class:`~meshant.core.queen.outbox.Read`, an effect whose answer comes back
 as an event (``QueenCore.fetched``). A read never blocks the queen's loop on a network
 database; the driver does it off the loop.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from meshant.core.idfilter import IdFilter
+from meshant.core.journal.idfilter import IdFilter
 
 INDEX_ERROR = 0.001  # false positives: a new id read from the journal for nothing
 INDEX_MIN = 200_000

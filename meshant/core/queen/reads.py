@@ -1,5 +1,5 @@
 """Requests that wait for the journal: a handler that needs a journal read parks its
-request; the read goes out as an effect (:class:`~meshant.core.outbox.Read`); when its
+request; the read goes out as an effect (:class:`~meshant.core.queen.outbox.Read`); when its
 answer comes back the request is handled again, the answer in hand (``Request.fetched``).
 
 Order per peer holds: while one of a peer's requests waits, the peer's later messages
@@ -15,8 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from meshant.core.outbox import Outbox, Read, ReadWhat
-from meshant.core.queen_state import Request
+from meshant.core.queen.outbox import Outbox, Read, ReadWhat
+from meshant.core.queen.state import Request
 
 PER_PEER = 1000  # messages of one peer waiting behind a read, at most
 # Read tokens, unique in the process: an answer meant for a core that has since been

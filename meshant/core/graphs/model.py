@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from meshant.core.tasks import retry_on_problem
+from meshant.core.tasks.model import retry_on_problem
 from meshant.protocol.codes import Code
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}\Z")

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.outbox import Assign, Deliver, Revoke, Watch, Work
-from meshant.core.queen_state import QueenState
-from meshant.core.registry import Node
+from meshant.core.nodes.registry import Node
+from meshant.core.queen.state import QueenState
+from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.protocol.codec import BINARY, JSON
 
 

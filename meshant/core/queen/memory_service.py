@@ -1,8 +1,8 @@
 """Colony memory at the queen: ``mem.sync`` requests (set, delete, snapshot), every change
 journaled before it is published to all agents, and keys expiring on their TTL.
 
-A service of the queen core (:mod:`meshant.core.queen`) over the
-:class:`~meshant.core.memory.MemoryStore`.
+A service of the queen core (:mod:`meshant.core.queen.router`) over the
+:class:`~meshant.core.memory.model.MemoryStore`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.memory import DELETED, MemoryError_, MemoryStore
-from meshant.core.outbox import Publish, RecordMemory
-from meshant.core.queen_state import QueenState, Request
+from meshant.core.memory.model import DELETED, MemoryError_, MemoryStore
+from meshant.core.queen.outbox import Publish, RecordMemory
+from meshant.core.queen.state import QueenState, Request
 from meshant.core.rights import reserved
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import MEM_TOPIC

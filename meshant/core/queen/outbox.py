@@ -11,7 +11,7 @@ Two kinds of values go in:
   :class:`Revoke` (stop an abandoned attempt), :class:`Deliver` (an update or result for
   a submitter), :class:`Watch` (the result for a later submission with the same
   idempotency key). At the end of the turn the core turns work into sends, batched per
-  peer, after the turn's journal record (``core/delivery.py``).
+  peer, after the turn's journal record (``core/queen/delivery.py``).
 
 ``Outbox.after`` holds sends that must wait for the turn's journal record too (an
 acknowledgement, a result sent again): they leave after the work.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from meshant import protocol as p
-from meshant.core.registry import Node
-from meshant.core.tasks import Attempt, Task
+from meshant.core.tasks.model import Task
+from meshant.core.tasks.work import Work
 
 
 @dataclass(slots=True)
@@ -58,7 +58,7 @@ class Record:
 @dataclass(slots=True)
 class RecordMemory:
     """Journal colony memory changes, ``(key, value, expires_wall, seq)`` (a value of
-    ``meshant.core.memory.DELETED`` deletes), before any later action leaves."""
+    ``meshant.core.memory.model.DELETED`` deletes), before any later action leaves."""
 
     changes: list[tuple[str, Any, float | None, int]]
 
@@ -136,42 +136,6 @@ def grouped(actions: list[Action]) -> list[Action | Commit]:
     return out
 
 
-@dataclass(slots=True)
-class Assign:
-    """Send ``task.assign`` for ``attempt`` to ``node``."""
-
-    node: Node
-    attempt: Attempt
-
-
-@dataclass(slots=True)
-class Revoke:
-    """Send ``task.cancel`` for an abandoned ``attempt`` to ``node``."""
-
-    node: Node
-    attempt: Attempt
-
-
-@dataclass(slots=True)
-class Deliver:
-    """Send ``kind`` (progress, a question, a partial or final result) to the task's
-    submitter."""
-
-    task: Task
-    kind: str
-    body: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Watch:
-    """Send a final result to a later submission with the same idempotency key."""
-
-    identity: bytes
-    name: str
-    body: dict[str, Any]
-
-
-Work = Assign | Revoke | Deliver | Watch
 
 
 class Outbox:
@@ -192,6 +156,5 @@ class Outbox:
         return out
 
 
-__all__ = ["Action", "Assign", "Commit", "Deliver", "GraphRecord", "JournalAction", "Outbox",
-           "Publish", "Read", "Record", "RecordMemory", "Remember", "Revoke", "Send", "Watch",
-           "Work", "grouped"]
+__all__ = ["Action", "Commit", "GraphRecord", "JournalAction", "Outbox", "Publish", "Read",
+           "Record", "RecordMemory", "Remember", "Send", "grouped"]

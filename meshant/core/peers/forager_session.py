@@ -1,5 +1,5 @@
 """A forager's side of the protocol, sans-IO: what it runs, what it tells the queen, and
-when. It sits beside the :class:`~meshant.core.session.PeerSession` (hello, welcome,
+when. It sits beside the :class:`~meshant.core.peers.peer_session.PeerSession` (hello, welcome,
 liveness); the driver (:class:`meshant.actors.forager.Forager`) runs handlers in threads,
 moves bytes and reads the clock, and carries out what this decides:
 

@@ -1,8 +1,8 @@
 """Task graphs' messages at the queen: ``graph.submit``, ``graph.status``,
 ``graph.cancel`` (clients) and ``graph.spawn`` (a running node's forager). The graphs
-themselves are :class:`meshant.core.graph_book.GraphBook`'s.
+themselves are :class:`meshant.core.graphs.book.GraphBook`'s.
 
-A service of the queen core (:mod:`meshant.core.queen`).
+A service of the queen core (:mod:`meshant.core.queen.router`).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.archive import ArchiveIndex
-from meshant.core.graph import GraphError, split_task_id
-from meshant.core.graph_book import Graph, GraphBook
-from meshant.core.queen_state import QueenState, Request
-from meshant.core.reads import MISSING, Reads
-from meshant.core.scheduler import QueueFull, Scheduler
+from meshant.core.graphs.book import Graph, GraphBook
+from meshant.core.graphs.model import GraphError, split_task_id
+from meshant.core.journal.archive import ArchiveIndex
+from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.state import QueenState, Request
+from meshant.core.tasks.scheduler import QueueFull, Scheduler
 from meshant.protocol.codes import Code
 
 

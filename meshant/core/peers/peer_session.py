@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from meshant.core.heartbeat import HeartbeatMonitor
+from meshant.core.nodes.heartbeat import HeartbeatMonitor
 from meshant.core.policy import Backoff
 from meshant.protocol.codes import Code
 

@@ -1,14 +1,14 @@
 """The queen's logic, sans-IO: peers' messages in, what to do out.
 
-``QueenCore`` is composed of services that own their state — :class:`Admission` (who
-joins), :class:`TaskService` (tasks, over the :class:`Scheduler`), :class:`Conversations`
+``QueenCore`` is composed of services that own their state — :class:`AdmissionService` (who
+joins), :class:`TaskService` (tasks, over the :class:`Scheduler`), :class:`ConversationService`
 (questions, attachable streams, inboxes), :class:`GraphService` (task graphs),
-:class:`MemoryService` (colony memory) and :class:`Operations` (queries, messages, dead
+:class:`MemoryService` (colony memory) and :class:`OperationsService` (queries, messages, dead
 letters, drain and halt) — and one router: a message becomes a request (the peer's
 identity, its node once it has said hello, the message, codec, key and time), and the
 request goes to the service that handles its kind, through a handler table per phase of
 the peer's session (before hello, after). Every service writes to one typed outbox
-(:mod:`meshant.core.outbox`).
+(:mod:`meshant.core.queen.outbox`).
 
 A driver (the :class:`~meshant.actors.queen.Queen` actor, the simulator, a test) feeds
 it what arrives — ``receive(frames, key, now)`` — the passing of time — ``tick(now)``,
@@ -26,17 +26,19 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from meshant import protocol as p
-from meshant.core.admission import Admission
-from meshant.core.archive import ArchiveIndex, Restored
-from meshant.core.conversations import Conversations
-from meshant.core.delivery import flush
-from meshant.core.graph_book import GraphBook
-from meshant.core.graph_service import GraphService
-from meshant.core.journal_defer import Deferral
-from meshant.core.memory import MemoryStore
-from meshant.core.memory_service import MemoryService
-from meshant.core.operations import Operations
-from meshant.core.outbox import (
+from meshant.core.graphs.book import GraphBook
+from meshant.core.journal.archive import ArchiveIndex, Restored
+from meshant.core.journal.defer import Deferral
+from meshant.core.memory.model import MemoryStore
+from meshant.core.nodes.registry import Registry
+from meshant.core.policy import Backoff
+from meshant.core.queen.admission_service import AdmissionService
+from meshant.core.queen.conversation_service import ConversationService
+from meshant.core.queen.delivery import flush
+from meshant.core.queen.graph_service import GraphService
+from meshant.core.queen.memory_service import MemoryService
+from meshant.core.queen.operations_service import OperationsService
+from meshant.core.queen.outbox import (
     Action,
     GraphRecord,
     Publish,
@@ -46,12 +48,10 @@ from meshant.core.outbox import (
     Remember,
     Send,
 )
-from meshant.core.policy import Backoff
-from meshant.core.queen_state import Arrival, Grants, QueenConfig, QueenState, Request
-from meshant.core.reads import Reads
-from meshant.core.registry import Registry
-from meshant.core.scheduler import Scheduler
-from meshant.core.task_service import TaskService
+from meshant.core.queen.reads import Reads
+from meshant.core.queen.state import Arrival, Grants, QueenConfig, QueenState, Request
+from meshant.core.queen.task_service import TaskService
+from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codec import BINARY, JSON
 from meshant.protocol.codes import Code
 from meshant.protocol.topics import HB_TOPIC
@@ -77,13 +77,13 @@ class QueenCore:
         self.out = st.out
         backoff = Backoff(c.retry_base, c.retry_cap, rng or random.Random())
         sched = self.scheduler = Scheduler(
-            self.registry, st.out, assign_timeout=c.assign_timeout, max_queue=c.max_queue,
+            self.registry, st.out.work, assign_timeout=c.assign_timeout, max_queue=c.max_queue,
             default_wait=c.no_forager_wait, backoff=backoff,
             breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown)
         self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to)
         self.index = ArchiveIndex(restored.names) if restored is not None else None
         self.reads = Reads(st.out)
-        # Tasks whose first journal write may wait for their end (core/journal_defer.py).
+        # Tasks whose first journal write may wait for their end (core/journal/defer.py).
         self.deferral = Deferral(c.journal_defer)
         self.restored = 0
         if restored is not None:
@@ -96,13 +96,13 @@ class QueenCore:
             self.graphs.track_changes = True  # graphs: journaled, and carried on
             self.graphs.restore(restored.graphs, restored.graph_tasks, now)
         self.tasks = TaskService(st, sched, self.index, self.reads, self.deferral)
-        self.conversations = Conversations(st, sched, self.tasks, self.reads, restored)
+        self.conversations = ConversationService(st, sched, self.tasks, self.reads, restored)
         self.memory_service = MemoryService(st, restored is not None,
                                             restored.memory if restored else [], now)
-        self.admission = Admission(st, self.registry, sched, self.graphs,
+        self.admission = AdmissionService(st, self.registry, sched, self.graphs,
                                    self.conversations.greet)
         self.graph_service = GraphService(st, self.graphs, sched, self.index, self.reads)
-        self.operations = Operations(st, sched, self.conversations, self.admission,
+        self.operations = OperationsService(st, sched, self.conversations, self.admission,
                                      self.status)
         t, cv, g, ops = self.tasks, self.conversations, self.graph_service, self.operations
         # Before hello, a peer may only say hello (or, an IACP 1.1 forager, beat).
@@ -272,7 +272,7 @@ class QueenCore:
                 sched.dispatch(now)  # graph nodes that what dispatch ended unblocked
         if sched.changed or self.deferral.waiting:
             # Durable before anything about it leaves: one record per turn. A young
-            # task's first write may wait for its end (core/journal_defer.py).
+            # task's first write may wait for its end (core/journal/defer.py).
             write = self.deferral.split(sched.changed.values(), now)
             sched.changed.clear()
             if write:
@@ -281,7 +281,8 @@ class QueenCore:
         if graphs.changed or graphs.changed_nodes:
             out.actions.append(GraphRecord(*graphs.take_changes()))
         if out.work:
-            work, out.work = out.work, []
+            work = out.work[:]  # (the scheduler holds this list: emptied, not replaced)
+            out.work.clear()
             self.conversations.turn(work)  # update logs and watchers, before the sends
             flush(st, work, self.tasks.traces)
         if out.after:

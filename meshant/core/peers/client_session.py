@@ -1,7 +1,7 @@
 """A client's side of the protocol, sans-IO: the submissions it keeps until their tasks
 end, what it sends again and when, and which of the queen's answers mean what.
 
-It sits beside the :class:`~meshant.core.session.PeerSession` (hello, welcome,
+It sits beside the :class:`~meshant.core.peers.peer_session.PeerSession` (hello, welcome,
 liveness); the driver (:class:`meshant.actors.client.Client`) holds the futures, moves
 bytes and reads the clock, and carries out what this decides:
 

@@ -2,9 +2,9 @@
 re-sent ids), foragers' accepts, rejects, progress and results (fenced by attempt),
 cancels and status queries.
 
-A service of the queen core (:mod:`meshant.core.queen`) over the scheduler. Whether an
+A service of the queen core (:mod:`meshant.core.queen.router`) over the scheduler. Whether an
 id, a key or a finished task is in the journal is the archive index's to say, or a read's
-(:mod:`meshant.core.reads`): a handler that needs one returns, and runs again with the
+(:mod:`meshant.core.queen.reads`): a handler that needs one returns, and runs again with the
 answer.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.answers import progress_problem, result_problem
-from meshant.core.archive import ArchiveIndex
-from meshant.core.journal_defer import Deferral
-from meshant.core.queen_state import QueenState, Request
-from meshant.core.reads import MISSING, Reads
-from meshant.core.scheduler import Attempt, QueueFull, Scheduler, Task, revive
-from meshant.core.tasks import retry_on_problem
+from meshant.core.journal.archive import ArchiveIndex
+from meshant.core.journal.defer import Deferral
+from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.state import QueenState, Request
+from meshant.core.tasks.checks import progress_problem, result_problem
+from meshant.core.tasks.model import retry_on_problem
+from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, revive
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
@@ -163,7 +163,7 @@ class TaskService:
         elif msg.b.get("ack"):
             sched = self.scheduler
             if task.logged == 0 and sched.track_changes:
-                # Still waiting for its first journal write (core/journal_defer.py): an
+                # Still waiting for its first journal write (core/journal/defer.py): an
                 # acknowledgement promises durability, so the task is written this turn.
                 task.defer = False
                 sched.changed[task.id] = task

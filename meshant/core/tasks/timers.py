@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Literal
 
-from meshant.core.tasks import Task
+from meshant.core.tasks.model import Task
 
 TimerKind = Literal["deadline", "wait", "retry"]
 

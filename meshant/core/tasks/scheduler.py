@@ -1,9 +1,9 @@
 """The queen's scheduler: the task lifecycle, assignment by capability, slots and leases,
 reissue with attempt fencing. Sans-IO: events come in as method calls with the current
-monotonic time; what to put on the wire goes to the core's outbox as typed work
-(:class:`~meshant.core.outbox.Assign`, ``Revoke``, ``Deliver``, ``Watch``).
+monotonic time; what to put on the wire goes out as typed work
+(:class:`~meshant.core.tasks.work.Assign`, ``Revoke``, ``Deliver``, ``Watch``).
 
-Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks`); every
+Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks.model`); every
 state change goes through ``_move``, so an illegal one is a bug that shows, not a silent
 corruption. The scheduler is composed of collaborators that own their state: the ready
 queues (:mod:`.queues`), the timers (:mod:`.timers`), the circuit breakers
@@ -21,13 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from meshant.core.breakers import Breakers
-from meshant.core.dead_letters import DeadLetters
-from meshant.core.outbox import Assign, Deliver, Outbox, Revoke, Watch
+from meshant.core.nodes.registry import ACTIVE, Node, Registry
 from meshant.core.policy import Backoff
-from meshant.core.queues import TaskQueues
-from meshant.core.registry import ACTIVE, Node, Registry
-from meshant.core.tasks import (
+from meshant.core.tasks.breakers import Breakers
+from meshant.core.tasks.dead_letters import DeadLetters
+from meshant.core.tasks.model import (
     ACCEPTED,
     ASSIGNED,
     CANCELLED,
@@ -41,7 +39,9 @@ from meshant.core.tasks import (
     retries,
     slim,
 )
-from meshant.core.timers import TaskTimers
+from meshant.core.tasks.queues import TaskQueues
+from meshant.core.tasks.timers import TaskTimers
+from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.errors import QueueFull
 from meshant.protocol.codes import Code
 
@@ -75,7 +75,7 @@ class Scheduler:
     def __init__(
         self,
         registry: Registry,
-        outbox: Outbox | None = None,
+        work: list[Work] | None = None,
         *,
         assign_timeout: float = 300.0,
         max_queue: int = 100_000,
@@ -86,7 +86,8 @@ class Scheduler:
         breaker_cooldown: float = 30.0,
     ) -> None:
         self.registry = registry
-        self.outbox = outbox if outbox is not None else Outbox()
+        # Where the decisions of a turn go (the queen's outbox's ``work``, taken each turn).
+        self.work: list[Work] = work if work is not None else []
         self.assign_timeout = assign_timeout
         self.max_queue = max_queue
         self.keep_done = keep_done
@@ -124,7 +125,7 @@ class Scheduler:
         self.backoff = backoff or Backoff()
         # Turns the journal's wall-clock times into this clock's (set by ``restore``).
         self.to_wall = 0.0
-        # Graphs (meshant.core.graph_book): told when a graph node's task ends.
+        # Graphs (meshant.core.graphs.book): told when a graph node's task ends.
         self.on_graph_final: Callable[[Task], None] | None = None
         # Whether a task id may exist outside memory (the archive index), for dlq retry.
         self.archived: Callable[[str], bool] = lambda task_id: False
@@ -204,7 +205,7 @@ class Scheduler:
             # No longer needed (a failed task's may be retried); a task whose first
             # journal write waited for its end keeps it until that write has it.
             task.payload = None
-        work = self.outbox.work
+        work = self.work
         work.append(Deliver(task, "task.result", body))
         for identity, name, alias in task._watchers or ():
             # Later submissions with the same idempotency key get the same result.
@@ -250,7 +251,7 @@ class Scheduler:
         self._drop(att.node, att.id)
         self.dirty = True
         if cancel and att.node.state == ACTIVE:
-            self.outbox.work.append(Revoke(att.node, att))
+            self.work.append(Revoke(att.node, att))
 
     def _abandon_keep_slot(self, task: Task) -> None:
         # A cancelled attempt may still be running: its slot stays taken until the forager
@@ -261,7 +262,7 @@ class Scheduler:
         task.current = None
         att.live = False
         if att.node.state == ACTIVE:
-            self.outbox.work.append(Revoke(att.node, att))
+            self.work.append(Revoke(att.node, att))
 
     # -- events in ------------------------------------------------------------------------
 
@@ -363,11 +364,11 @@ class Scheduler:
         for k in ("fraction", "note"):
             if k in body:
                 out[k] = body[k]
-        self.outbox.work.append(Deliver(task, "task.progress", out))
+        self.work.append(Deliver(task, "task.progress", out))
 
     def deliver(self, task: Task, kind: str, body: dict[str, Any]) -> None:
         """An update of the task for its submitter (and its watchers), in sequence."""
-        self.outbox.work.append(Deliver(task, kind, {"task": task.id, "seq": task.next_seq(),
+        self.work.append(Deliver(task, kind, {"task": task.id, "seq": task.next_seq(),
                                                      **body}))
 
     def result(self, att: Attempt, body: dict[str, Any], now: float) -> None:
@@ -383,7 +384,7 @@ class Scheduler:
                 out["seq"] = task.next_seq()
                 out["partial"] = True
                 out["value"] = body.get("value")
-                self.outbox.work.append(Deliver(task, "task.result", out))
+                self.work.append(Deliver(task, "task.result", out))
             return
         status = body.get("status", "ok")
         if status == "cancelled":
@@ -705,7 +706,7 @@ class Scheduler:
             self._lease_due = att.lease
         self.attempts[att.id] = att
         self.move(task, ASSIGNED, now, node.name)
-        self.outbox.work.append(Assign(node, att))
+        self.work.append(Assign(node, att))
 
     # -- restart --------------------------------------------------------------------------
 
@@ -714,7 +715,7 @@ class Scheduler:
         """Take back a journal's tasks after a restart; returns how many are unfinished.
 
         ``rows``: the unfinished tasks and the dead letters (``Journal.unfinished``).
-        Other final tasks stay on disk, read when asked for (``core/archive.py``)."""
+        Other final tasks stay on disk, read when asked for (``core/journal/archive.py``)."""
         self.to_wall = wall_now - now
         unfinished = 0
         for r in rows:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshant.core.registry import Node
+from meshant.core.nodes.registry import Node
 
 QUEUED = "queued"
 ASSIGNED = "assigned"
@@ -79,7 +79,7 @@ class Task:
     # Exception types (names) whose handler failures are retried ("*": any); else a
     # handler's exception fails the task at once, unless the handler said to retry.
     retry_on: tuple[str, ...] | None = None
-    # Its first journal write may wait (core/journal_defer.py): an IACP/2 client's
+    # Its first journal write may wait (core/journal/defer.py): an IACP/2 client's
     # submission without ack or key, which that client re-sends after a queen restart.
     defer: bool = False
     _watchers: list[tuple[bytes, str, str]] | None = None

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.graph import GraphError, NodeSpec, check_graph, substitute, task_id
-from meshant.core.scheduler import QueueFull, Scheduler, Task, revive
+from meshant.core.graphs.model import GraphError, NodeSpec, check_graph, substitute, task_id
+from meshant.core.tasks.scheduler import QueueFull, Scheduler, Task, revive
 from meshant.protocol.codes import Code
 
 PENDING, RUNNING = "pending", "running"

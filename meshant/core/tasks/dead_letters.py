@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from meshant.core.tasks import Task
+from meshant.core.tasks.model import Task
 
 
 class DeadLetters:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from meshant.core.tasks import ASSIGNED, QUEUED, Task
+from meshant.core.tasks.model import ASSIGNED, QUEUED, Task
 
 _YOUNG = (QUEUED, ASSIGNED)
 
