@@ -118,9 +118,6 @@ class _Recording(SimPeer):
             self.seen.heard.append((topic, p.binary.decode(frames)))
         super().receive_pub(queen, topic, frames)
 
-    def hello_body(self) -> dict[str, Any]:
-        return {**super().hello_body(), **self.hello_extra}
-
 
 class RecordingClient(_Recording, SimClient):
     """A client session that submits nothing by itself: the test's raw submissions are
@@ -136,12 +133,6 @@ class ManualForager(_Recording, SimForager):
 
     def _begin(self, start: Any) -> None:
         pass
-
-    def on_message(self, msg: p.Message) -> None:
-        if msg.kind == "ctl.halt":
-            self.crash()  # (the forager actor stops at once; the simulator never halts)
-            return
-        super().on_message(msg)
 
     def fresh(self) -> None:
         super().fresh()

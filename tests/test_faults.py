@@ -176,10 +176,10 @@ def test_a_dead_io_thread_fails_pending_futures_and_new_calls(colony: Colony) ->
     colony.start_queen()
     c = colony.client()
 
-    def broken(msg: p.Message) -> None:
+    def broken(msg: p.Message, now: float) -> str | None:
         raise RuntimeError("a bug in a handler")
 
-    c._handlers["task.result"] = broken  # a bug that would kill the I/O thread
+    c.link.role.on_message = broken  # type: ignore[method-assign]  # a bug that kills the I/O thread
     colony.forager({"echo": lambda x: x})
     fut = c.submit("echo", 1)
     with pytest.raises(MeshantError) as info:

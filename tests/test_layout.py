@@ -29,13 +29,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("meshant", "meshant.__main__"),
 ]
 # The core's folders, by concern, lowest first: the same rule inside the core (a module
-# imports from its own folder and those below). Plain rules (backoff, rights) under all;
+# imports from its own folder and those below). Plain rules (backoff, rights, every
+# lifecycle's table, the counters) under all;
 # nodes (the registry, liveness); tasks (the model, its lifecycle, the scheduler); what
 # is built on tasks (graphs, conversations, colony memory, what the core knows of its
 # journal); then the two sides that use them all: the queen's router and services, and
 # the peers' sessions and the link that drives them.
 CORE_LAYERS: list[tuple[str, ...]] = [
-    ("meshant.core.policy", "meshant.core.rights"),
+    ("meshant.core.policy", "meshant.core.rights", "meshant.core.lifecycle",
+     "meshant.core.counters"),
     ("meshant.core.nodes",),
     ("meshant.core.tasks",),
     ("meshant.core.graphs", "meshant.core.conversations", "meshant.core.memory",

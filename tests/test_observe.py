@@ -425,8 +425,7 @@ def test_snapshot_of_a_standby() -> None:
     sim = InMemoryColony()
     obs = Observer()
     assert obs.publish(sim.core, sim.now, 0.0)["role"] == "leader"
-    sim.core.standby = {"role": "standby", "term": 3, "leader": "tcp://10.0.0.1:5670"}
-    sim.core.term = 3
+    sim.core.lead(3, {"role": "standby", "term": 3, "leader": "tcp://10.0.0.1:5670"})
     s = obs.publish(sim.core, sim.now, 0.0)
     assert (s["role"], s["term"], s["leader"]) == ("standby", 3, "tcp://10.0.0.1:5670")
     assert obs.role == "standby"

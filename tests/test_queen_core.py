@@ -373,8 +373,8 @@ def test_a_clean_stop_writes_the_waiting_tasks(tmp_path: Path) -> None:
 
 def test_a_standby_core_answers_everything_not_leader_naming_the_leader() -> None:
     sim = InMemoryColony()
-    sim.core.standby = {"role": "standby", "term": 4, "queen": "qb", "leader": "tcp://a:1",
-                        "message": "queen 'qb' is a standby: queen 'qa' leads (term 4)"}
+    sim.core.lead(4, {"role": "standby", "term": 4, "queen": "qb", "leader": "tcp://a:1",
+                      "message": "queen 'qb' is a standby: queen 'qa' leads (term 4)"})
     f = sim.raw("f1")  # (a session would go on to another queen: this one says hello once)
     hello = f.send("hello", {"role": "forager", "name": "f1", "versions": [2],
                              "codecs": ["msgpack"], "slots": 1, "tools": ["echo"]})
@@ -387,7 +387,7 @@ def test_a_standby_core_answers_everything_not_leader_naming_the_leader() -> Non
     f.send("error", {"code": "bad-value", "message": "x"})
     assert f.take() == []  # an error is never answered (no ping-pong)
     assert sim.core.status(sim.now)["role"] == "standby"
-    sim.core.standby = None
+    sim.core.lead(4)
     assert sim.core.status(sim.now)["role"] == "leader"
 
 

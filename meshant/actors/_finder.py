@@ -1,9 +1,9 @@
-"""Where the queen is: the next of several endpoints (a leader and its standbys) or the
-leader a standby names; found and followed by discovery (zeroconf), with a check that a
-discovered queen holds the CURVE key we pinned.
+"""Where the queen is, as discovery says: found and followed by zeroconf, with a check
+that a discovered queen holds the CURVE key we pinned. Which of several endpoints comes
+next is :mod:`meshant.core.peers.choice`'s, shared with every driver.
 
-Held by a peer (:class:`meshant.actors._peer.Peer`), which opens the connections it
-decides on.
+Held by a peer (:class:`meshant.actors._peer.Peer`), which opens the connections the
+link decides on.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from meshant.actors._endpoints import check_endpoint
+from meshant.core.peers.choice import QueenChoice
 from meshant.errors import ConfigError, MeshantError, QueenUnreachable, Refused
 from meshant.protocol.codes import Code
 
@@ -19,26 +20,30 @@ log = logging.getLogger("meshant")
 
 
 class QueenFinder:
-    """The queen's endpoint as this peer knows it (``queen``), and where to go next."""
+    """Discovery's side of finding the queen (waiting for the colony's record, checking
+    its key, following it when it moves) beside the endpoint rotation every driver
+    shares (``choice``: :class:`~meshant.core.peers.choice.QueenChoice`)."""
 
     def __init__(self, queens: list[str], *, name: str, colony: str | None, curve: bool,
                  queen_key: bytes | None, follow_leader: bool) -> None:
-        self.queens = queens
-        self.queen = queens[0] if queens else ""
+        self.choice = QueenChoice(queens, follow_leader=follow_leader, check=check_endpoint)
         self.name = name
         self.colony = colony
         self.curve = curve
         self.queen_key = queen_key
-        self.follow_leader = follow_leader
         self.follower: Any = None
-        self.connected_to = ""  # where the current connection goes
-        self.unanswered = False  # the last hello got no answer (yet)
-        self.error_body: dict[str, Any] = {}  # the queen's last error
-        self._qi = 0  # the index in ``queens`` of the endpoint last tried from the list
+
+    @property
+    def queen(self) -> str:
+        return self.choice.queen
+
+    @property
+    def queens(self) -> list[str]:
+        return self.choice.queens
 
     def find(self, timeout: float | None) -> None:
         """Discovery mode: wait (here, not in the I/O loop) for the colony's queen."""
-        if self.queen:
+        if self.choice.queen:
             return
         from meshant.adapters.discovery import Follower, env_interfaces
 
@@ -51,7 +56,7 @@ class QueenFinder:
             self.follower.close()
             self.follower = None
             raise
-        self.queen = rec.router
+        self.choice.queen = rec.router
         log.info("%s: found queen %r of colony %r at %s", self.name, rec.name, rec.colony,
                  rec.router)
 
@@ -71,78 +76,37 @@ class QueenFinder:
                 f"the CURVE key {rec.curve or '(none)'}, not the pinned --queen-key "
                 "(a rogue or reconfigured queen)", code=Code.WRONG_QUEEN_KEY)
 
-    def next_queen(self, leader: str) -> None:
-        """Go to ``leader`` (a standby's hint: one attempt), else back to the list of
-        endpoints, to the one after the last tried (after the standby that gave a hint
-        that led nowhere, so a leader that is in the list is always reached)."""
-        if leader and leader != self.queen:
-            try:
-                self.queen = check_endpoint(leader)
-            except ValueError:
-                leader = ""
-        else:
-            leader = ""
-        if not leader and self.queens and (len(self.queens) > 1
-                                           or self.queen not in self.queens):
-            self._qi = (self._qi + 1) % len(self.queens)
-            self.queen = self.queens[self._qi]
-        if self.queen != self.connected_to:
-            log.info("%s: trying the queen at %s", self.name, self.queen)
-
     def unreachable(self, timeout: float) -> QueenUnreachable:
         hint = ("is it running, and is the endpoint right? (set --queen or MESHANT_QUEEN)")
         if self.curve:
             hint = ("CURVE is on: a wrong --queen-key, or a key the queen has not authorized, "
                     "looks exactly like this (the handshake fails silently); check both, "
                     "and that the queen is running")
-        if self.error_body.get("code") == "not-leader":
+        error = self.choice.error_body
+        if error.get("code") == "not-leader":
             # Queens answered, but only as standbys.
             return QueenUnreachable(
                 f"no queen leads at {', '.join(self.queens) or self.queen} (waited "
-                f"{timeout:g} s): {self.error_body.get('message', 'a standby answered')}. "
+                f"{timeout:g} s): {error.get('message', 'a standby answered')}. "
                 "Is their journal database reachable? (see docs/ha.md)")
         where = ", ".join(self.queens) if len(self.queens) > 1 else self.queen
         return QueenUnreachable(
             f"no answer from the queen at {where} within {timeout:g} s: {hint}")
 
-    def redirect(self, leader: str) -> Refused | None:
-        """A standby answered: go to ``leader`` (or the next endpoint); not following
-        leaders, the standby's answer is a refusal (returned: the peer stops)."""
-        self.unanswered = False
-        if not self.follow_leader:
-            b = self.error_body
-            return Refused(str(b.get("message", "a standby queen")), code=Code.NOT_LEADER,
-                           **{k: b.get(k) for k in ("role", "term", "leader", "queen")})
-        self.next_queen(leader)
-        return None
-
-    def before_hello(self, fresh: bool) -> str | None:
-        """Where the next hello goes: where discovery says the queen moved, else the next
-        endpoint if the last hello got no answer. Returns why to open a fresh connection
-        ("moved", "fresh": asked for one or the endpoint changed), or None."""
-        moved = self.follower.current() if self.follower is not None else None
-        if moved is not None and moved.router != self.queen and self.follow():
-            return "moved"
-        if self.unanswered and (len(self.queens) > 1 or (
-                self.queens and self.queen not in self.queens)):
-            self.next_queen("")  # no answer there: the next one
-        return "fresh" if fresh or self.connected_to != self.queen else None
-
-    def follow(self) -> bool:
-        """A discovering peer follows its queen to a new address; True if it moved."""
+    def moved(self) -> str | None:
+        """Where discovery says the queen is now, if it moved there (its key checked)."""
         if self.follower is None:
-            return False
+            return None
         rec = self.follower.current()
-        if rec is None or rec.router == self.queen:
-            return False
+        if rec is None or rec.router == self.choice.queen:
+            return None
         try:
             self.check_key(rec)
         except MeshantError as e:
             log.error("%s: %s", self.name, e)
-            return False
+            return None
         log.info("%s: the queen moved to %s", self.name, rec.router)
-        self.queen = rec.router
-        return True
+        return str(rec.router)
 
     def close(self) -> None:
         if self.follower is not None:

@@ -1,11 +1,11 @@
 """What foragers and clients share: the connection to the queen.
 
-One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. It
-carries out what the sans-IO :class:`~meshant.core.peers.peer_session.PeerSession` decides (say
-hello, beat, reconnect on a fresh DEALER when the queen dies or restarts, follow a
-standby's hint to the leader) and what the subclass's own session has to send. Other
-threads never touch the sockets: they hand calls to the I/O thread (``call_soon``) and
-poke the waker.
+One thread owns the sockets: a DEALER to the queen's ROUTER and a SUB to its PUB. What
+goes over them, and when, is the sans-IO :class:`~meshant.core.peers.link.PeerLink`'s
+(the same link the simulator drives): this class is its :class:`~meshant.core.peers.
+link.Port` — it opens connections, sends frames, reads the clock, and tells the person
+and the caller what the link says. Other threads never touch the sockets: they hand
+calls to the I/O thread (``call_soon``) and poke the waker.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import zmq
 from meshant import protocol as p
 from meshant.actors._boundary import translated
 from meshant.actors._endpoints import (
-    _size,
-    _size_n,
     check_endpoints,
     default_name,
     pub_endpoint_for,
@@ -39,17 +37,17 @@ from meshant.actors._zmqio import POLLIN as _POLLIN
 from meshant.actors._zmqio import recv_frames, send_frames
 from meshant.actors.colony_memory import Memory
 from meshant.adapters.security import client_socket, load_public, load_secret
-from meshant.core.peers import peer_session as ses
+from meshant.core.peers.link import Item, PeerLink, Role
 from meshant.core.peers.peer_session import PeerSession
 from meshant.errors import ConfigError, MeshantError, Refused, TooLarge
 from meshant.protocol.codes import Code
-from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX, valid_topic
+from meshant.protocol.topics import HB_TOPIC, USER_PREFIX, valid_topic
 
 log = logging.getLogger("meshant")
 
-Item = p.Message | list[bytes]  # a message, or frames already encoded
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
-FLUSH_ROUNDS = 16  # outbox slices sent per loop turn at most (see _flush)
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_UNWELCOMED = PeerSession()  # (read only: the terms a peer has before any welcome)
 
 
 class Peer:
@@ -69,7 +67,6 @@ class Peer:
         self._ctx = context or zmq.Context.instance()
         self._calls: deque[Call] = deque()
         self._waker = Waker()
-        self._more = False  # the last flush stopped with the pipe still taking more
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._welcomed = threading.Event()
@@ -85,12 +82,7 @@ class Peer:
         # A direct client's: the caller's thread reads the socket until a condition holds.
         self.pump: Callable[[Callable[[], bool], float | None], None] | None = None
         self.memory = Memory(self)
-        self._handlers: dict[str, Callable[[p.Message], object]] = {
-            "welcome": self._on_welcome,
-            "error": self._on_error,
-            "hb": self._on_queen_hb,  # (the farewell comes this way too)
-            "mem.sync": self.memory.on_reply,
-        }
+        self._link: PeerLink | None = None  # made with the role's session (_make_link)
 
     def _settle(self, queen: str | None, name: str | None, colony: str | None,
                 discover: bool | None, curve_secret: str | None, queen_key: str | None,
@@ -118,9 +110,24 @@ class Peer:
                                   name=self.name, colony=self.colony,
                                   curve=self._curve is not None, queen_key=pinned,
                                   follow_leader=follow_leader)
-        # The lifecycle with the queen (hello, welcome, liveness, reconnects) is decided
-        # by the sans-IO session; this class carries out what it says.
-        self._sess = PeerSession(curve=self._curve is not None)
+
+    def _make_link(self, role: Role) -> PeerLink:
+        """The link to the queen, driving ``role`` (this peer's session), with this peer
+        as its port."""
+        self._link = PeerLink(role, _Port(self), self.name, self.finder.choice,
+                              curve=self._curve is not None, memory=self.memory)
+        return self._link
+
+    @property
+    def link(self) -> PeerLink:
+        if self._link is None:
+            raise RuntimeError(f"{self.role} {self.name!r} has not started")
+        return self._link
+
+    def _peer_session(self) -> PeerSession:
+        """The session with the queen (before the link exists: one not yet welcomed,
+        whose terms are the defaults)."""
+        return self._link.sess if self._link is not None else _UNWELCOMED
 
     @property
     def queen(self) -> str:
@@ -194,7 +201,7 @@ class Peer:
             raise p.LocalProtocolError(e.code, f"cannot broadcast on {topic!r}: "
                                        f"{e.message}") from None
         size = sum(len(f) for f in frames)
-        limit = self._sess.max_broadcast
+        limit = self._peer_session().max_broadcast
         if size > limit:
             raise TooLarge(f"the broadcast on {topic!r} is {size:,} bytes, over the queen's "
                            f"limit of {limit:,} (its --max-broadcast): send large data as a "
@@ -225,69 +232,20 @@ class Peer:
 
     # -- what subclasses say --------------------------------------------------------------
 
-    def _hello_body(self) -> dict[str, Any]:
-        return {"role": self.role, "name": self.name, "versions": [p.binary.VERSION],
-                "codecs": ["msgpack"], "features": list(p.negotiation.FEATURES),
-                "host": socket.gethostname(),
-                "pid": os.getpid(), "session": self._session}
+    def _about(self) -> dict[str, Any]:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "session": self._session}
 
-    def _hb_body(self) -> dict[str, Any]:
-        return {}
-
-    def _next_timer(self) -> float:
-        """When a subclass's own timers need the I/O loop, with nothing to read."""
-        return float("inf")
-
-    def _on_timers(self, now: float) -> None:
-        pass
-
-    def _busy(self) -> bool:
-        """Whether the heartbeat must go every interval (it renews running tasks)."""
-        return False
-
-    def _after_welcome(self, first: bool) -> None:
-        pass
-
-    def _queen_lost(self, now: float, why: str) -> None:
-        pass
-
-    def _on_pub(self, topic: bytes, msg: p.Message) -> None:
-        if topic == MEM_TOPIC:
-            self.memory.on_update(msg.b)
-        elif topic.startswith(USER_PREFIX):
-            name = topic[len(USER_PREFIX):].decode("utf-8", "replace")
-            for prefix, fn in self._subs:
-                if name.startswith(prefix):
-                    self._deliver_broadcast(fn, name, msg)
-
-    def _refused_unregistered(self, ref: str | None) -> None:
-        """The queen refused message ``ref`` as from an unregistered peer."""
-
-    def _on_remote_error(self, msg: p.Message) -> None:
-        log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])
+    def _after_turn(self) -> None:
+        """(I/O thread) After the link handled an event: the role's own actions."""
 
     def _queue(self, item: Item) -> None:
         """(I/O thread) Put ``item`` in line for the queen (the subclass's session)."""
         raise NotImplementedError
 
-    def _outgoing(self, now: float) -> list[Item]:
-        """(I/O thread) What to send now, in order."""
-        raise NotImplementedError
 
-    def _unsent(self, items: list[Item]) -> None:
-        """(I/O thread) The connection could not take these: first in line next time."""
-        raise NotImplementedError
+        # -- sockets --------------------------------------------------------------------------
 
-    def _sent(self, item: Item, now: float) -> None:
-        """(I/O thread) ``item`` left."""
-
-    def _unencodable(self, item: Item, e: p.ProtocolError) -> None:
-        kind = item.kind if isinstance(item, p.Message) else "message"
-        log.error("%s: cannot send a %s message: %s", self.name, kind, e.message)
-
-    # -- sockets --------------------------------------------------------------------------
-
-    def _open_socket(self) -> zmq.Socket[Any]:
+    def _open_socket(self, endpoint: str) -> zmq.Socket[Any]:
         """A fresh DEALER (so a fresh identity on the queen's ROUTER), connected."""
         old = self._sock
         if old is not None:
@@ -304,8 +262,7 @@ class Peer:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
         sock.setsockopt(zmq.HEARTBEAT_TTL, 30_000)
         self._secure(sock)
-        sock.connect(self.finder.queen)
-        self.finder.connected_to = self.finder.queen
+        sock.connect(endpoint)
         self._sock = sock
         self._poller.register(sock, zmq.POLLIN)
         return sock
@@ -344,7 +301,6 @@ class Peer:
 
     def _io_main(self) -> None:
         self._io_ident = threading.get_ident()
-        self._open_socket()
         try:
             self._io_loop()
         except Exception as e:
@@ -373,194 +329,52 @@ class Peer:
             self._flush(time.monotonic())  # what was queued before close() still goes out
             try:
                 # Tell the queen at once rather than let it wait out our heartbeats.
-                self._send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
-            except zmq.ZMQError:
+                self.link.send_now(p.Message("hb", {"state": "leaving"}, to="queen"))
+            except (zmq.ZMQError, p.ProtocolError):
                 pass
 
     # -- sending --------------------------------------------------------------------------
 
-    def _say_hello(self, now: float) -> None:
-        msg = p.Message("hello", self._hello_body(), frm=self.name, to="queen", ts=time.time())
-        self.finder.unanswered = True
-        self._send_now(msg)
-        self._sess.hello_sent(msg.id, now)
-
     def _encode(self, msg: p.Message) -> list[bytes]:
-        """The message's frames; ProtocolError ``too-large`` if one is over the queen's
-        limit (naming both sizes), or if the body cannot be encoded."""
-        if not msg.frm:
-            msg.frm = self.name
-        if not msg.ts:
-            msg.ts = time.time()
-        if "blobs" not in self._sess.features:  # not negotiated, not used (spec §5)
-            msg.body = p.inline_blobs(msg.body)
-        frames = p.binary.encode(msg)
-        limit = self.max_message
-        for f in frames:
-            if len(f) > limit:
-                raise p.LocalProtocolError(
-                    Code.TOO_LARGE, f"{_size(frames)}, over the queen's limit of "
-                    f"{_size_n(limit)} (its --max-message), for a {msg.kind} message")
-        return frames
-
-    def _send_now(self, msg: Item) -> bool:
-        """Send at once; False if the socket cannot take it now (then nothing was sent).
-        Raises ProtocolError for a message that cannot be encoded or is too large."""
-        frames = msg if isinstance(msg, list) else self._encode(msg)
-        assert self._sock is not None
-        try:
-            send_frames(self._sock, frames)
-        except zmq.Again:
-            return False  # the pipe to the queen is full: the queen is gone or stalled
-        self._sess.last_send = time.monotonic()
-        return True
+        """The message's frames (see :meth:`PeerLink.encode`)."""
+        return self.link.encode(msg)
 
     def _flush(self, now: float) -> None:
         """Send what the session has for the queen, while the connection takes it."""
-        self._more = False
-        if not self._welcomed.is_set() or self._sock is None:
-            return
-        # The session hands out a backlog in slices (and an unsendable result comes back
-        # as an error to send too); a turn sends FLUSH_ROUNDS of them at most, so a
-        # handler streaming flat out cannot keep the loop from reading the queen.
-        for _ in range(FLUSH_ROUNDS):
-            items = self._outgoing(now)
-            if not items:
-                return
-            for i, item in enumerate(items):
-                try:
-                    sent = self._send_now(item)
-                except p.ProtocolError as e:
-                    # What follows waits behind what replaces it (a batch split back,
-                    # a failed result): nothing overtakes it.
-                    self._unsent(items[i + 1:])
-                    self._unencodable(item, e)
-                    break
-                if not sent:
-                    self._unsent(items[i:])
-                    return
-                self._sent(item, now)
-        self._more = True  # the pipe takes more: the next turn comes without a wait
+        if self._welcomed.is_set() and self._sock is not None:
+            self.link.flush(now)
+        else:
+            self.link.more = False
 
     # -- receiving ------------------------------------------------------------------------
 
     def _receive(self, sock: zmq.Socket[Any]) -> None:
         """Read and dispatch what the DEALER holds, without blocking."""
-        handlers = self._handlers
         events: Callable[[int], int] = sock.getsockopt  # type: ignore[assignment]
-        sess = self._sess
+        link = self.link
         now = time.monotonic()
         for _ in range(1000):
             if self._sock is not sock or not events(_EVENTS) & _POLLIN:
                 break  # (a handler moved us to a fresh connection: the old one is closed)
-            frames = recv_frames(sock)
-            try:
-                msg = p.binary.decode(frames)
-            except p.ProtocolError as e:
-                log.warning("%s: bad message from the queen: %s", self.name, e)
-                continue
-            sess.heard(now)
-            h = handlers.get(msg.kind)
-            if h is not None:
-                h(msg)
+            link.receive(recv_frames(sock), now)
+            self._after_turn()
 
     def _receive_pub(self, sub: zmq.Socket[Any]) -> None:
         events: Callable[[int], int] = sub.getsockopt  # type: ignore[assignment]
+        link = self.link
         for _ in range(1000):
             if not events(_EVENTS) & _POLLIN:
                 break
             frames = recv_frames(sub)
             if len(frames) < 2:
                 continue
-            topic = frames[0]
-            try:
-                msg = p.binary.decode(frames[1:])
-            except p.ProtocolError as e:
-                log.warning("%s: bad broadcast from the queen: %s", self.name, e)
-                continue
-            if topic == HB_TOPIC:
-                self._on_queen_hb(msg)
-            else:
-                self._on_pub(topic, msg)
-
-    def _on_queen_hb(self, msg: p.Message) -> None:
-        sess = self._sess
-        if not sess.active:
-            return
-        now = time.monotonic()
-        sess.on_queen_beat(msg.b.get("epoch"), now)
-        if sess.out:
-            self._act(now)
-            return
-        seq = msg.b.get("mem_seq")
-        if isinstance(seq, int):
-            self.memory.on_queen_seq(seq)
-
-    def _act(self, now: float) -> None:
-        """Carry out what the session decided, in order."""
-        sess = self._sess
-        finder = self.finder
-        for a in sess.take():
-            match a:
-                case ses.Beat():
-                    if self._send_now(p.Message("hb", self._hb_body(), to="queen")):
-                        sess.sent(sess.last_send, beat=True)
-                case ses.SayHello(fresh_connection=fresh):
-                    where = finder.before_hello(fresh)
-                    if where is not None:
-                        if where == "moved":
-                            self._sub_endpoint = ""  # the queen's PUB moved with it
-                        self._open_socket()
-                    self._say_hello(now)
-                case ses.Redirect(leader=leader):
-                    refusal = finder.redirect(leader)
-                    if refusal is not None:
-                        self._refusal = refusal
-                        self._stopping.set()
-                        self._welcomed.set()
-                        return
-                case ses.Welcomed(first=first, new_epoch=new_epoch):
-                    if self._said_waiting:
-                        # Said at the level the waiting was, so a person sees its end.
-                        log.warning("%s: connected to the queen at %s", self.name,
-                                    finder.queen)
-                        self._said_waiting = False
-                    elif sess.reconnects:
-                        log.info("%s: welcomed by the queen at %s", self.name, finder.queen)
-                    self._open_sub(str(sess.welcome.get("pub") or ""))
-                    self._welcomed.set()
-                    self.memory.on_welcome(new_epoch)
-                    self._after_welcome(first)
-                case ses.Lost(why=why):
-                    log.warning("%s: %s; reconnecting", self.name, why)
-                    self._welcomed.clear()
-                    self._open_socket()
-                    self._queen_lost(now, why)
-                case ses.Forgotten():
-                    log.info("%s: the queen forgot us; saying hello again", self.name)
-                    self._welcomed.clear()
-                case ses.Refused(code=code, message=message):
-                    self._refusal = Refused(f"the queen refused {self.role} {self.name!r}: "
-                                            f"{message}", code=code)
-                    self._stopping.set()
-                    self._welcomed.set()
-                case ses.StillWaiting(waited=waited):
-                    self._said_waiting = True
-                    where = finder.queen or f"colony {self.colony or 'default'}"
-                    log.warning("%s: still waiting for the queen at %s (%.0f s so far): is "
-                                "it running, and is the endpoint right? (--queen or "
-                                "MESHANT_QUEEN)", self.name, where, waited)
+            link.receive_pub(frames[0], frames[1:], time.monotonic())
 
     # -- the loop -------------------------------------------------------------------------
 
-    def _next_wakeup(self) -> float:
-        return min(self._sess.next_deadline(self._busy()), self._next_timer())
-
     def _timers(self, now: float) -> None:
-        self._sess.tick(now, self._busy())
-        if self._sess.out:
-            self._act(now)
-        self._on_timers(now)
+        self.link.tick(now)
+        self._after_turn()
 
     def _run_calls(self) -> None:
         calls = self._calls
@@ -585,82 +399,45 @@ class Peer:
         poller = self._poller
         poller.register(self._waker.fd, zmq.POLLIN)
         waker_fd = self._waker.fd
-        self._sess.start(time.monotonic())
-        self._act(time.monotonic())
+        link = self.link
+        link.start(time.monotonic())
         while not self._stopping.is_set():
-            wait = self._next_wakeup() - time.monotonic()
-            if self._welcomed.is_set() and self._pending():
+            wait = link.next_wakeup() - time.monotonic()
+            if self._welcomed.is_set() and link.role.pending:
                 # The pipe was full: try again soon; or a backlog is still going out.
-                wait = 0.0 if self._more else min(wait, 0.05)
+                wait = 0.0 if link.more else min(wait, 0.05)
             events = dict(poller.poll(int(max(0.0, wait) * 1000)))
             if waker_fd in events:
                 self._waker.drain()
             self._turn(events)
-
-    def _pending(self) -> bool:
-        """Whether something waits to be sent (the connection could not take it)."""
-        return False
-
-    # -- handlers -------------------------------------------------------------------------
-
-    def _on_welcome(self, msg: p.Message) -> None:
-        if msg.ref != self._sess.hello_id:
-            return  # the answer to an older hello
-        self.name = msg.b.get("name", self.name)
-        self.finder.unanswered = False
-        now = time.monotonic()
-        self._sess.on_welcome(msg.ref, msg.b, now)
-        self._act(now)
-
-    def _on_error(self, msg: p.Message) -> None:
-        b = msg.b
-        code = b["code"]
-        now = time.monotonic()
-        if code == Code.NOT_REGISTERED:
-            # The queen does not know us (it restarted, or forgot an idle client):
-            # introduce ourselves again, then resend what was refused.
-            self._refused_unregistered(msg.ref)
-        if msg.ref is not None and msg.ref == self._sess.hello_id:
-            self.finder.unanswered = False
-        self.finder.error_body = b
-        if self._sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now,
-                               b.get("leader")):
-            if code == Code.NAME_TAKEN and not self._sess.out:
-                log.info("%s: name still held; asking again in %s s", self.name,
-                         b.get("retry_after"))
-            self._act(now)
-            return
-        if self.memory.on_error(msg):
-            return
-        self._on_remote_error(msg)
 
     # -- the session's state, for subclasses and callers ----------------------------------
 
     @property
     def welcome(self) -> dict[str, Any]:
         """The queen's welcome: the negotiated terms (empty until welcomed)."""
-        return self._sess.welcome
+        return self._peer_session().welcome
 
     @property
     def features(self) -> frozenset[str]:
-        return self._sess.features
+        return self._peer_session().features
 
     @property
     def epoch(self) -> str:
         """The queen's epoch: a new one means it restarted."""
-        return self._sess.epoch
+        return self._peer_session().epoch
 
     @property
     def reconnects(self) -> int:
         """How many times this peer lost its queen and reconnected."""
-        return self._sess.reconnects
+        return self._peer_session().reconnects
 
     @property
     def max_message(self) -> int:
         """The queen's largest message (its welcome says; 64 MiB until then): checked
         before sending, so an oversized message fails clearly and never reaches libzmq's
         own limit, which would silently drop the connection."""
-        return self._sess.max_message
+        return self._peer_session().max_message
 
     # -- public state, read-only (for embedding code and the CLI) -------------------------
 
@@ -677,3 +454,79 @@ class Peer:
     def wait_welcomed(self, timeout: float | None = None) -> bool:
         """Wait until the queen welcomed this peer (or refused it: check ``refusal``)."""
         return self._welcomed.wait(timeout)
+
+
+class _Port:
+    """The link's port (:class:`~meshant.core.peers.link.Port`) for a peer: what only
+    this driver does — its sockets, its clock, its log and its caller."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+
+    def send(self, frames: list[bytes], item: Item) -> bool:
+        assert self.peer._sock is not None
+        try:
+            send_frames(self.peer._sock, frames)
+        except zmq.Again:
+            return False  # the pipe to the queen is full: the queen is gone or stalled
+        return True
+
+    def wall(self) -> float:
+        return time.time()
+
+    def about(self) -> dict[str, Any]:
+        return self.peer._about()
+
+    def open(self, endpoint: str, why: str) -> None:
+        if why == "moved":
+            self.peer._sub_endpoint = ""  # the queen's PUB moved with it
+        self.peer._open_socket(endpoint)
+
+    def moved(self) -> str | None:
+        return self.peer.finder.moved()
+
+    def lost(self, why: str) -> None:
+        log.warning("%s: %s; reconnecting", self.peer.name, why)
+        self.peer._welcomed.clear()
+
+    def welcomed(self, first: bool, new_epoch: bool, pub: str) -> None:
+        if self.peer._said_waiting:
+            # Said at the level the waiting was, so a person sees its end.
+            log.warning("%s: connected to the queen at %s", self.peer.name, self.peer.finder.queen)
+            self.peer._said_waiting = False
+        elif self.peer.link.sess.reconnects:
+            log.info("%s: welcomed by the queen at %s", self.peer.name, self.peer.finder.queen)
+        self.peer._open_sub(pub)
+        self.peer._welcomed.set()
+
+    def forgotten(self) -> None:
+        log.info("%s: the queen forgot us; saying hello again", self.peer.name)
+        self.peer._welcomed.clear()
+
+    def refused(self, code: str, message: str, body: dict[str, Any]) -> None:
+        if code == Code.NOT_LEADER:
+            self.peer._refusal = Refused(message, code=code, **{
+                k: body.get(k) for k in ("role", "term", "leader", "queen")})
+        else:
+            self.peer._refusal = Refused(f"the queen refused {self.peer.role} {self.peer.name!r}: "
+                                    f"{message}", code=code)
+        self.peer._stopping.set()
+        self.peer._welcomed.set()
+
+    def waiting(self, waited: float) -> None:
+        self.peer._said_waiting = True
+        where = self.peer.finder.queen or f"colony {self.peer.colony or 'default'}"
+        log.warning("%s: still waiting for the queen at %s (%.0f s so far): is it running, "
+                    "and is the endpoint right? (--queen or MESHANT_QUEEN)", self.peer.name, where,
+                    waited)
+
+    def broadcast(self, topic: str, msg: p.Message) -> None:
+        for prefix, fn in self.peer._subs:
+            if topic.startswith(prefix):
+                self.peer._deliver_broadcast(fn, topic, msg)
+
+    def log(self, level: str, text: str) -> None:
+        log.log(_LEVELS.get(level, logging.WARNING), "%s", text)
+

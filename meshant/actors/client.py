@@ -26,7 +26,7 @@ import zmq
 
 from meshant import protocol as p
 from meshant.actors._boundary import translated
-from meshant.actors._peer import Item, Peer
+from meshant.actors._peer import Peer
 from meshant.actors.attach import Attachment, apply, feed
 from meshant.actors.capability import Capability, capability_name
 from meshant.actors.config import ClientConfig, settle
@@ -34,6 +34,7 @@ from meshant.actors.futures import TaskFuture, Update, fail
 from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
 from meshant.core.peers import client_session as cs_
 from meshant.core.peers.client_session import ClientSession
+from meshant.core.peers.link import Item
 from meshant.errors import (
     BadInput,
     MeshantError,
@@ -144,28 +145,7 @@ class Client(Peer):
         self.inbox: queue.SimpleQueue[p.Message] = queue.SimpleQueue()
         # The queen's refusals of messages that wait for no answer (drain, halt, msg).
         self.refusals: deque[p.Message] = deque(maxlen=100)
-        self._handlers.update({
-            "task.submitted": self._on_submitted,
-            "task.result": self._on_result,
-            "task.batch": self._on_batch,
-            "task.progress": self._on_progress,
-            "task.ask": self._on_ask,
-            "task.update": self._on_update,
-            "task.state": self._on_reply,
-            "status.reply": self._on_reply,
-            "tool.reply": self._on_reply,
-            "dlq.reply": self._on_reply,
-            "task.answered": self._on_reply,
-            "task.attached": self._on_reply,
-            "inbox.reply": self._on_reply,
-            "graph.state": self._on_reply,
-            "graph.submitted": self._graphs.on_submitted,
-            "graph.node": self._graphs.on_node,
-            "graph.result": self._on_graph_result,
-            "msg": self._on_inbox,
-            "note": self._on_inbox,
-            "msg.receipt": self._on_inbox,
-        })
+        self._make_link(self._cs)
         if c.threaded:
             self._start_io(c.timeout)
         else:
@@ -176,10 +156,7 @@ class Client(Peer):
     def _start_direct(self, timeout: float) -> None:
         self.finder.find(timeout)
         self._io_ident = threading.get_ident()
-        self._open_socket()
-        now = time.monotonic()
-        self._sess.start(now)
-        self._act(now)
+        self.link.start(time.monotonic())
         try:
             self._pump_until(self._welcomed.is_set, timeout)
         except TimeoutError:
@@ -208,7 +185,7 @@ class Client(Peer):
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise Timeout("timed out waiting for the queen")
-            wait = self._next_wakeup() - now
+            wait = self.link.next_wakeup() - now
             if deadline is not None:
                 wait = min(wait, deadline - now)
             self._turn(dict(poll(int(max(0.0, wait) * 1000))))
@@ -253,30 +230,9 @@ class Client(Peer):
     def _queue(self, item: Item) -> None:
         self._cs.send(item)
 
-    def _outgoing(self, now: float) -> list[Item]:
-        return self._cs.flush(now)
-
-    def _unsent(self, items: list[Item]) -> None:
-        self._cs.unsent(items)
-
-    def _pending(self) -> bool:
-        return bool(self._cs.outbox)
-
-    def _after_welcome(self, first: bool) -> None:
-        self._cs.welcomed(first)
-
-    def _queen_lost(self, now: float, why: str) -> None:
-        self._cs.lost(now, why)
-
-    def _refused_unregistered(self, ref: str | None) -> None:
-        self._cs.forgotten(ref)
-
-    def _next_timer(self) -> float:
-        return self._cs.next_deadline()
-
-    def _on_timers(self, now: float) -> None:
-        self._cs.tick(now)
-        self._do(self._cs.take())
+    def _after_turn(self) -> None:
+        if self._cs.out:
+            self._do(self._cs.take())
 
     def _do(self, actions: list[cs_.Action]) -> None:
         """Carry out what the client session decided."""
@@ -302,6 +258,44 @@ class Client(Peer):
                         f"the queen at {self.queen} has been unreachable for {away:.0f} s "
                         f"({why}); whether it received or ran the task is unknown",
                         code=Code.QUEEN_LOST))
+                case cs_.Submitted(task_id=task_id):
+                    fut = self._tasks.get(task_id)
+                    if fut is not None:
+                        fut.acknowledged = True
+                case cs_.Reply(ref=ref, body=body):
+                    rf = self._requests.get(ref)
+                    if rf is not None and not rf.done():
+                        rf.set_result(body)
+                case cs_.RequestFailed(ref=ref, error=error):
+                    rf = self._requests.get(ref)
+                    if rf is not None and not rf.done():
+                        fail(rf, from_error_body(error))
+                case cs_.NodeUpdate(kind=kind, body=body):
+                    self._graphs.on_task(body, kind)
+                case cs_.GraphEvent(kind=kind, msg=msg):
+                    self._graph_event(kind, msg)
+                case cs_.Followed(body=body):
+                    for att in list(self._attached.get(body["task"], ())):
+                        feed(att, body["kind"], body["body"])
+                        if att.done():
+                            self._detach(att)
+                case cs_.Delivered(msg=msg):
+                    self.inbox.put(msg)
+                case cs_.Refusal(msg=msg):
+                    # e.g. a drain refused as forbidden: for the CLI to tell
+                    self.refusals.append(msg)
+
+    def _graph_event(self, kind: str, msg: p.Message) -> None:
+        graphs = self._graphs
+        if kind == "graph.submitted":
+            graphs.on_submitted(msg)
+        elif kind == "graph.node":
+            graphs.on_node(msg)
+        elif kind == "graph.result":
+            graphs.on_result(msg)
+        elif not graphs.on_error(msg.ref or "", from_error_body(msg.b)):
+            self.refusals.append(msg)
+            log.warning("%s: queen says %s: %s", self.name, msg.b["code"], msg.b["message"])
 
     def _end(self, fut: TaskFuture[Any]) -> None:
         """The task is over for this client: forget it and its kept submission."""
@@ -631,71 +625,6 @@ class Client(Peer):
     def cancel_graph(self, graph_id: str) -> None:
         """Cancel a graph: its pending nodes at once, its running ones best effort."""
         self.send_message(p.Message("graph.cancel", {"graph": graph_id}, to="queen"))
-
-    # -- I/O thread: the queen's messages -------------------------------------------------
-
-    def _on_submitted(self, msg: p.Message) -> None:
-        fut = self._tasks.get(msg.b["task"])
-        if fut is not None:
-            fut.acknowledged = True
-
-    def _task_message(self, kind: str, b: dict[str, Any]) -> None:
-        """A task's progress, question, partial or final result."""
-        if self._cs.update(kind, b):
-            self._do(self._cs.take())
-        elif str(b.get("task", ""))[:3] == "tg:":
-            self._graphs.on_task(b, kind)
-
-    def _on_progress(self, msg: p.Message) -> None:
-        self._task_message("task.progress", msg.b)
-
-    def _on_ask(self, msg: p.Message) -> None:
-        self._task_message("task.ask", msg.b)
-
-    def _on_result(self, msg: p.Message) -> None:
-        self._task_message("task.result", msg.b)
-
-    def _on_batch(self, msg: p.Message) -> None:
-        for item in msg.b["results"]:
-            if isinstance(item, dict):
-                kind = item.pop("kind", "task.result")
-                if kind == "task.result" or kind == "task.progress":
-                    self._task_message(kind, item)
-
-    def _on_update(self, msg: p.Message) -> None:
-        b = msg.b
-        for att in list(self._attached.get(b["task"], ())):
-            feed(att, b["kind"], b["body"])
-            if att.done():
-                self._detach(att)
-
-    def _on_graph_result(self, msg: p.Message) -> None:
-        if self._cs.graph_ended(msg.b["graph"]):
-            self._graphs.on_result(msg)
-
-    def _on_reply(self, msg: p.Message) -> None:
-        fut = self._requests.get(msg.ref or "")
-        if fut is not None and not fut.done():
-            fut.set_result(msg.b)
-
-    def _on_inbox(self, msg: p.Message) -> None:
-        self.inbox.put(msg)
-
-    def _on_remote_error(self, msg: p.Message) -> None:
-        ref = msg.ref or ""
-        about = self._cs.error(ref or None, dict(msg.b), time.monotonic())
-        self._do(self._cs.take())
-        if about == "task":
-            return
-        if about == "request":
-            rf = self._requests.get(ref)
-            if rf is not None and not rf.done():
-                fail(rf, from_error_body(msg.b))
-            return
-        if about == "graph" and self._graphs.on_error(ref, from_error_body(msg.b)):
-            return
-        self.refusals.append(msg)  # e.g. a drain refused as forbidden: for the CLI to tell
-        super()._on_remote_error(msg)
 
 
 def _extra(receipt: bool, ttl: float | None) -> dict[str, Any] | None:

@@ -95,17 +95,6 @@ class Forager(Peer):
         self._stop_watchers: list[Callable[[], None]] = []
         self._batches: dict[str, deque[tuple[Any, TaskContext]]] = {}
         self._message_callbacks: list[Callable[[p.Message], Any]] = []
-        self._handlers.update({
-            "task.assign": self._on_assign,
-            "task.assigns": self._on_assigns,
-            "task.cancel": self._on_cancel,
-            "task.answer": self._on_answer,
-            "ctl.drain": self._on_drain,
-            "ctl.halt": self._on_halt,
-            "msg": self._on_peer_message,
-            "note": self._on_peer_message,
-            "graph.spawned": self._on_reply,  # ctx.spawn's answer
-        })
         self._replies: OrderedDict[str, Future[Any]] = OrderedDict()
 
     def configure(self, queen: str | None = None, **settings: Any) -> None:
@@ -230,6 +219,7 @@ class Forager(Peer):
                                   serves=self.handlers,
                                   describe={c: h.about for c, h in self.handlers.items()
                                             if h.about})
+        self._make_link(self._fs)
         self._pool = Workers(self.slots, f"meshant-{self.name}")
 
     @translated("the forager")
@@ -352,62 +342,14 @@ class Forager(Peer):
         assert self._fs is not None
         return self._fs
 
-    def _hello_body(self) -> dict[str, Any]:
-        body = super()._hello_body()
-        body.update(self._fsess().hello_fields())
-        return body
-
-    def _hb_body(self) -> dict[str, Any]:
-        return self._fsess().hb_body()
-
-    def _busy(self) -> bool:
-        # The heartbeat lists running tasks and renews their leases, so while tasks run it
-        # goes out every interval even when other messages keep the socket busy.
-        return self._fsess().busy
-
-    def _next_timer(self) -> float:
-        return self._fsess().next_deadline()
-
-    def _patience(self) -> float:
-        mon = self._sess.monitor
-        return mon.timeout if mon is not None else 5 * self._sess.hb_interval
-
-    def _on_timers(self, now: float) -> None:
-        fs = self._fsess()
-        fs.tick(now, self._patience(), self._welcomed.is_set())
-        self._do(fs.take())
-
     def _queue(self, item: p.Message | list[bytes]) -> None:
         assert isinstance(item, p.Message), "a forager sends messages"
         self._fsess().send(item)
 
-    def _outgoing(self, now: float) -> list[p.Message | list[bytes]]:
-        fs = self._fsess()
-        fs.features = self._sess.features
-        fs.batch_bytes = min(fs_.BATCH_BYTES, self.max_message // 2)
-        return list(fs.flush(now))
-
-    def _unsent(self, items: list[p.Message | list[bytes]]) -> None:
-        self._fsess().unsent([m for m in items if isinstance(m, p.Message)])
-
-    def _pending(self) -> bool:
-        return bool(self._fs is not None and self._fs.outbox)
-
-    def _sent(self, item: p.Message | list[bytes], now: float) -> None:
-        if isinstance(item, p.Message):
-            self._fsess().sent(item, now)
-
-    def _unencodable(self, item: p.Message | list[bytes], e: p.ProtocolError) -> None:
-        if isinstance(item, p.Message):
-            line = self._fsess().unencodable(item, e.code, e.message)
-            if line is not None:
-                log.warning("%s: %s", self.name, line)
-
-    def _queen_lost(self, now: float, why: str) -> None:
-        self._fsess().queen_lost()
-
-    def _after_welcome(self, first: bool) -> None:
-        self._fsess().welcomed(first, self._sess.welcome.get("updates"))
+    def _after_turn(self) -> None:
+        fs = self._fs
+        if fs is not None and fs.out:
+            self._do(fs.take())
 
     def _do(self, actions: list[fs_.Action]) -> None:
         """Carry out what the forager session decided."""
@@ -431,6 +373,8 @@ class Forager(Peer):
                     if warning is not None:
                         log.warning("%s: %s", self.name, warning)
                     self._stopping.set()
+                case fs_.Delivered(msg=msg):
+                    self._on_peer_message(msg)
 
     def _start_run(self, a: fs_.Start) -> None:
         h = self.handlers[a.capability]
@@ -489,28 +433,6 @@ class Forager(Peer):
 
     # -- I/O thread: the queen's messages --------------------------------------------------
 
-    def _on_assigns(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        for bad in fs.assigns(msg.b["assigns"], time.monotonic()):
-            log.warning("%s: malformed entry in task.assigns: %s", self.name, bad)
-        self._do(fs.take())
-
-    def _on_assign(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        fs.assign(msg.id, msg.b, msg.extra.get(tracing.TRACEPARENT) if msg.extra else None,
-                  time.monotonic())
-        self._do(fs.take())
-
-    def _on_cancel(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        fs.cancel(msg.ref)
-        self._do(fs.take())
-
-    def _on_answer(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        fs.answer(msg.ref, msg.b.get("request"), msg.b.get("value"))
-        self._do(fs.take())
-
     def drain(self) -> None:
         """Finish the running tasks, accept nothing new, then leave (safe from any thread)."""
         self.call_soon(self._start_drain)
@@ -521,13 +443,7 @@ class Forager(Peer):
             log.info("%s: draining (%d tasks running)", self.name, len(fs.running))
             if self._welcomed.is_set():
                 # Tell the queen now, so it assigns nothing more meanwhile.
-                self._send_now(p.Message("hb", fs.hb_body(), to="queen"))
-
-    def _on_drain(self, msg: p.Message) -> None:
-        self._start_drain()
-
-    def _on_halt(self, msg: p.Message) -> None:
-        self._stopping.set()
+                self.link.send_now(p.Message("hb", fs.hb_body(), to="queen"))
 
     def await_reply(self, msg_id: str, fut: Future[Any]) -> None:
         """Resolve ``fut`` with the queen's answer to message ``msg_id`` (``ctx.spawn``).
@@ -536,11 +452,6 @@ class Forager(Peer):
         while len(self._replies) > RESENT_MAX:
             fail(self._replies.popitem(last=False)[1],
                  Timeout("no answer from the queen", code=Code.TIMEOUT))
-
-    def _on_reply(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        fs.reply(msg.ref, msg.b)
-        self._do(fs.take())
 
     def _replied(self, ref: str, body: dict[str, Any], error: dict[str, Any] | None) -> None:
         fut = self._replies.pop(ref, None)
@@ -555,13 +466,6 @@ class Forager(Peer):
         for ctx in list(self.running.values()):
             if ctx.refused(ref, err):
                 return  # a refused question: its ctx.ask raises the error
-
-    def _on_remote_error(self, msg: p.Message) -> None:
-        fs = self._fsess()
-        line = fs.error(msg.ref, msg.b)
-        self._do(fs.take())
-        if line is not None:
-            log.warning("%s: %s", self.name, line)
 
     def _on_peer_message(self, msg: p.Message) -> None:
         for cb in self._message_callbacks:

@@ -20,6 +20,7 @@ from typing import Any
 from meshant import protocol as p
 from meshant.actors.futures import TaskFuture, drain_updates, fail
 from meshant.core.graphs.model import GraphError, normalize
+from meshant.core.tasks.model import graph_node_id
 from meshant.errors import BadInput, GraphFailed, MeshantError, from_error_body
 
 NodeDoc = dict[str, Any]
@@ -103,7 +104,7 @@ class GraphHandle:
         self.id = graph_id
         self._cancel = cancel
         self._pump = pump
-        self.nodes: dict[str, TaskFuture[Any]] = {n: TaskFuture(f"tg:{graph_id}/{n}", pump)
+        self.nodes: dict[str, TaskFuture[Any]] = {n: TaskFuture(graph_node_id(graph_id, n), pump)
                                              for n in names}
         self.submitted: Future[int] = Future()
         self.done: Future[dict[str, Any]] = Future()
@@ -134,7 +135,7 @@ class GraphHandle:
     def _node(self, name: str) -> TaskFuture[Any]:
         fut = self.nodes.get(name)
         if fut is None:
-            fut = self.nodes[name] = TaskFuture(f"tg:{self.id}/{name}", self._pump)
+            fut = self.nodes[name] = TaskFuture(graph_node_id(self.id, name), self._pump)
         return fut
 
     def on_task(self, name: str, b: dict[str, Any], kind: str) -> None:

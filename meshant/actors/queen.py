@@ -29,9 +29,9 @@ from meshant.adapters.security import Authorized, load_secret, server_socket
 from meshant.core.journal.lease import Hint, Roles, StepDown, TakeOver
 from meshant.core.memory.model import MemoryStore
 from meshant.core.nodes.registry import ACTIVE, DRAINING, Registry
-from meshant.core.queen.outbox import Commit, grouped
+from meshant.core.queen.carry import carry_out
+from meshant.core.queen.outbox import Commit
 from meshant.core.queen.router import (
-    Publish,
     QueenConfig,
     QueenCore,
     Read,
@@ -138,6 +138,7 @@ class Queen:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
+        self._port = _QueenPort(self)
         self._error: BaseException | None = None
         # --http: the loop publishes a snapshot that the HTTP side reads (meshant.observe).
         self.observer: Any = None
@@ -165,9 +166,7 @@ class Queen:
                          restored=j.restored() if restore and j is not None else None,
                          now=now)
         if ld is not None:
-            core.term = ld.term
-            if not restore:
-                core.standby = self._hint()
+            core.lead(ld.term, None if restore else self._hint())
         if self.endpoint:
             core.terms = dataclasses.replace(core.terms, pub=self.pub_endpoint)
             core.info = dataclasses.replace(self.core.info, extra={})
@@ -208,8 +207,7 @@ class Queen:
                 log.warning("queen %s is a standby now (term %d): its peers go to the "
                             "leader", self.name, term)
             case Hint(term=term):
-                self.core.standby = self._hint()
-                self.core.term = term
+                self.core.lead(term, self._hint())
 
     def _advertise_role(self) -> None:
         """Tell discovery the new role and term, from a thread: zeroconf waits for its
@@ -366,7 +364,7 @@ class Queen:
 
                 # The endpoint standbys name in their not-leader hints: one peers can dial.
                 self.leadership.start(reachable(self.endpoint), reachable(self.pub_endpoint))
-                core.standby = self._hint()
+                core.lead(core.term, self._hint())
             if self.leadership is not None:
                 self._follow_lease(time.monotonic())  # a lone queen leads before it says ready
                 core = self.core
@@ -494,8 +492,7 @@ class Queen:
                     except Exception:
                         # A bug met by one message must not take the colony down with
                         # it: that message is dropped, loudly, and the queen serves on.
-                        core.counters["internal_errors"] = core.counters.get(
-                            "internal_errors", 0) + 1
+                        core.counters["internal_errors"] += 1
                         log.exception("internal error handling a message (dropped); "
                                       "please report it")
             if self._waker.fd in events:
@@ -542,47 +539,57 @@ class Queen:
         return task.submitted + self._wall_offset if task is not None else None
 
     def _carry_out(self, actions: list[Any]) -> None:
-        """Do what the core decided, in order: a journal record before what follows it,
-        each run of records in one transaction."""
-        router, pub = self._router, self._pub
-        send_frames = _zio.send_frames
-        encode_for = p.encode_for
-        todo: list[Any] = grouped(actions)  # (dispatched by class: untyped)
-        for a in todo:
-            cls = a.__class__
-            if cls is Send:
-                if self.core.traces and a.msg.kind in _ASSIGNS:
+        """Do what the core decided, in order (:func:`meshant.core.queen.carry.carry_out`:
+        a journal record before what follows it, each run of records in one transaction)."""
+        if self.core.traces:
+            for a in actions:
+                if a.__class__ is Send and a.msg.kind in _ASSIGNS:
                     tracing.assign_spans(a.msg, self._submitted)
-                try:
-                    frames = encode_for(a.msg, a.codec)
-                except p.ProtocolError as e:
-                    log.warning("cannot encode %s for a peer: %s", a.msg.kind, e)
-                    continue
-                try:
-                    send_frames(router, frames, a.identity)
-                except zmq.ZMQError:
-                    # Peer gone (ROUTER_MANDATORY) or its pipe full: never block the loop.
-                    self.core.counters["dropped_sends"] += 1
-            elif cls is Publish:
-                pub.send_multipart([a.topic, *a.frames])
-            elif cls is Read:
-                if self._reads is not None:
-                    self._reads.ask(a)
-            elif cls is Commit:
-                try:
-                    t0 = time.perf_counter()
-                    commit_all(self.journal, a.actions, self._wall_offset)
-                    if self.observer is not None and any(
-                            r.__class__ is Record for r in a.actions):
-                        self.observer.wrote(time.perf_counter() - t0)
-                except JournalError as e:
-                    if self.leadership is None:
-                        raise
-                    # Deposed, or the database away past the lease: nothing after this
-                    # record may leave. The journal holds the truth; the leader rebuilds.
-                    self.leadership.step_down(str(e), self.core.term)
-                    self._follow_lease(time.monotonic())
-                    return
+        carry_out(actions, self._port, self.core.counters)
+
+
+class _QueenPort:
+    """The queen core's actions on this queen's sockets and journal."""
+
+    __slots__ = ("queen",)
+
+    def __init__(self, queen: Queen) -> None:
+        self.queen = queen
+
+    def send(self, identity: bytes, frames: list[bytes], msg: p.Message) -> bool:
+        try:
+            _zio.send_frames(self.queen._router, frames, identity)
+        except zmq.ZMQError:
+            # Peer gone (ROUTER_MANDATORY) or its pipe full: never block the loop.
+            return False
+        return True
+
+    def publish(self, topic: bytes, frames: list[bytes]) -> None:
+        self.queen._pub.send_multipart([topic, *frames])
+
+    def read(self, read: Read) -> None:
+        if self.queen._reads is not None:
+            self.queen._reads.ask(read)
+
+    def commit(self, commit: Commit) -> bool:
+        q = self.queen
+        try:
+            t0 = time.perf_counter()
+            commit_all(q.journal, commit.actions, q._wall_offset)
+            if q.observer is not None and any(r.__class__ is Record for r in commit.actions):
+                q.observer.wrote(time.perf_counter() - t0)
+        except JournalError as e:
+            if q.leadership is None:
+                raise
+            # Deposed, or the database away past the lease: nothing after this record
+            # may leave. The journal holds the truth; the leader rebuilds.
+            q.leadership.step_down(str(e), q.core.term)
+            q._follow_lease(time.monotonic())
+            return False
+        return True
+
+    def unencodable(self, msg: p.Message, error: p.ProtocolError) -> None:
+        log.warning("cannot encode %s for a peer: %s", msg.kind, error)
 
 
 __all__ = ["ACTIVE", "DRAINING", "Queen", "QueenConfig"]

@@ -221,7 +221,7 @@ class Observer:
         lat = sorted(e for _, e in recent_e2e)
         p50 = _pct(lat, 0.50)
         p99 = _pct(lat, 0.99)
-        counters = {**sched.counters, **core.counters}
+        counters = core.counters
         queued_total = sched.queued
         self._history.append((round(now + wall, 3), counters["completed"], counters["failed"],
                               p50, p99, queued_total, in_flight))

@@ -1,9 +1,10 @@
 """Foragers and clients in the simulator: the real sans-IO sessions
-(:class:`~meshant.core.peers.peer_session.PeerSession` beside a
-:class:`~meshant.core.peers.forager_session.ForagerSession` or a
-:class:`~meshant.core.peers.client_session.ClientSession`), driven as the actors drive them,
-over the simulated network and clock. A forager's handlers are simulated: they take a
-while, stream partial results, ask questions, spawn graph nodes, fail when told to.
+(:class:`~meshant.core.peers.forager_session.ForagerSession` or
+:class:`~meshant.core.peers.client_session.ClientSession`) driven by the real link
+(:class:`~meshant.core.peers.link.PeerLink`), the actors' own, over the simulated
+network and clock: a peer here owns only its simulated connection and process. A
+forager's handlers are simulated: they take a while, stream partial results, ask
+questions, spawn graph nodes, fail when told to.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from meshant.core.memory.model import RESYNC, MemoryReplica
 from meshant.core.peers import client_session as cs_
 from meshant.core.peers import forager_session as fs_
 from meshant.core.peers import peer_session as ses
+from meshant.core.peers.choice import QueenChoice
 from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.forager_session import ForagerSession
-from meshant.protocol.topics import HB_TOPIC, MEM_TOPIC, USER_PREFIX
+from meshant.core.peers.link import FLUSH_MAX, Item, PeerLink, Role
 from meshant.sim.ledger import Kept, Ledger, Run, Submission
 from meshant.sim.world import Clock, Conn, Net
 
-Item = p.Message | list[bytes]
 # Messages a peer may send again, so the queen may get them twice (late copies of these
 # are the simulator's duplicated messages): a re-sent submission, a result re-sent after
 # a reconnect, a hello, a heartbeat.
@@ -39,10 +40,13 @@ def _again(item: Item) -> bool:
 
 
 class SimPeer:
-    """What foragers and clients share: the session with the queen, the connection, the
-    queen's endpoint (a list of queens, a standby's hint), the colony memory."""
+    """What foragers and clients share: the process (its life, a pause, a crash) and the
+    simulated connection that is its link's port. Everything the peer says to the queen,
+    and how it reads what comes back, is the real :class:`~meshant.core.peers.link.
+    PeerLink`'s, as in the actors."""
 
     role = "peer"
+    hello_extra: dict[str, Any] = {}  # more hello fields (a test's)
 
     def __init__(self, name: str, *, clock: Clock, net: Net, ledger: Ledger,
                  rng: random.Random, queens: list[str], log: Callable[[str], None],
@@ -53,17 +57,38 @@ class SimPeer:
         self.ledger = ledger
         self.rng = rng
         self.queens = queens
-        self.queen = queens[0]
         self.log = log
         self.gen = 0  # the process's life: a crash ends it, a restart is the next
         self.alive = False
         self.paused_until = 0.0
         self.conn: Conn | None = None
-        self.sess = PeerSessionFactory.make(rng)
+        self.subscribed = ""  # the queen whose PUB this peer hears
         self._wake_at = float("inf")
+        self.memory = memory
         self.replica: MemoryReplica | None = MemoryReplica() if memory else None
         self.heard: dict[str, int] = {}  # broadcasts heard, by id
         self.refused: str | None = None
+        self.link = self._link()
+
+    def _link(self) -> PeerLink:
+        mem = SimMemory(self) if self.memory else None
+        return PeerLink(self.role_session(), _SimPort(self), self.name,
+                        QueenChoice(list(self.queens), check=self._known),
+                        rng=random.Random(self.rng.random()), memory=mem,
+                        flush_limit=self.flush_limit())
+
+    def _known(self, queen: str) -> str:
+        if queen not in self.queens:
+            raise ValueError(f"no queen {queen!r}")
+        return queen
+
+    @property
+    def sess(self) -> ses.PeerSession:
+        return self.link.sess
+
+    @property
+    def queen(self) -> str:
+        return self.link.choice.queen
 
     # -- life -----------------------------------------------------------------------------
 
@@ -72,14 +97,13 @@ class SimPeer:
         self.alive = True
         self.refused = None
         self.paused_until = 0.0
-        self.sess = PeerSessionFactory.make(self.rng)
         self._wake_at = float("inf")
         if self.replica is not None:
             self.replica = MemoryReplica()
         self.fresh()
-        self.conn = self.net.connect(self, self.queen)
-        self.sess.start(self.clock.now)
-        self.act()  # the first hello, before any timer (as the actors' loop does)
+        self.link = self._link()  # a new process: its sessions and queen list afresh
+        self.link.observe = self.observe
+        self.link.start(self.clock.now)  # the first hello, before any timer (as the actors)
         self.pump()
 
     def fresh(self) -> None:
@@ -98,6 +122,7 @@ class SimPeer:
         if self.conn is not None:
             self.net.close(self.conn)
         self.net.unsubscribe(self)
+        self.subscribed = ""
 
     def pause(self, seconds: float) -> None:
         if not self.alive:
@@ -125,170 +150,49 @@ class SimPeer:
     def _receive(self, conn: Conn, frames: list[bytes]) -> None:
         if conn is not self.conn:
             return  # an old connection's
-        try:
-            msg = p.binary.decode(frames)
-        except p.ProtocolError as e:
-            # As a real peer does (actors/_peer.py): the queen answers garbage that looks
-            # like an IACP 1.1 envelope (a first byte "{") in that codec.
-            self.log(f"{self.name}: bad message from the queen: {e}")
-            return
-        self.sess.heard(self.clock.now)
-        if msg.kind == "welcome":
-            if msg.ref == self.sess.hello_id:
-                self.sess.on_welcome(msg.ref, msg.b, self.clock.now)
-        elif msg.kind == "error":
-            self._error(msg)
-        elif msg.kind == "hb":  # a farewell, sent directly too
-            if self.sess.active:
-                self.sess.on_queen_beat(msg.b.get("epoch"), self.clock.now)
-        elif msg.kind == "mem.sync" and self.replica is not None:
-            self._memory(msg.b)
-        else:
-            self.on_message(msg)
+        self.link.receive(frames, self.clock.now)
+        self.do()
         self.pump()
-
-    def _error(self, msg: p.Message) -> None:
-        b = msg.b
-        if b["code"] == "not-registered":
-            self.forgotten(msg.ref)
-        if self.sess.on_error(msg.ref, b["code"], b["message"], b.get("retry_after"),
-                              self.clock.now, b.get("leader")):
-            return
-        self.on_error(msg)
 
     def receive_pub(self, queen: str, topic: bytes, frames: list[bytes]) -> None:
         gen = self.gen
         self.soon(gen, lambda: self._receive_pub(queen, topic, frames))
 
     def _receive_pub(self, queen: str, topic: bytes, frames: list[bytes]) -> None:
-        if queen != self.queen:
-            return
-        msg = p.binary.decode(frames)
-        if topic == HB_TOPIC:
-            if self.sess.active:
-                self.sess.on_queen_beat(msg.b.get("epoch"), self.clock.now)
-                seq = msg.b.get("mem_seq")
-                if self.replica is not None and isinstance(seq, int) and (
-                        self.replica.behind(seq)):
-                    self._send(p.Message("mem.sync", {"op": "snapshot"}, to="queen"))
-        elif topic == MEM_TOPIC and self.replica is not None:
-            self._memory(msg.b)
-        elif topic.startswith(USER_PREFIX):
-            self.heard[msg.id] = self.heard.get(msg.id, 0) + 1
-            if self.heard[msg.id] > 1:
-                self.ledger.fail("broadcast-once", f"{self.name} heard broadcast {msg.id} "
-                                 "twice")
+        if queen != self.subscribed:
+            return  # (the PUB of a queen this peer has left)
+        self.link.receive_pub(topic, frames, self.clock.now)
+        self.do()
         self.pump()
 
-    def _memory(self, b: dict[str, Any]) -> None:
-        assert self.replica is not None
-        if b.get("op") == "snap":
-            r = self.replica.load(b)
-        elif b.get("op") == "update":
-            r = self.replica.apply(b)
-        else:
-            return
-        if r == RESYNC:
-            self._send(p.Message("mem.sync", {"op": "snapshot"}, to="queen"))
-
-    def _send(self, item: Item) -> bool:
-        """Send at once on the current connection (a hello, a heartbeat)."""
+    def send_frames(self, frames: list[bytes], item: Item) -> bool:
+        """The port's send: on the current connection, a copy now and then kept to
+        arrive again late (a duplicate the network makes)."""
         if self.conn is None:
             return False
-        frames = item if isinstance(item, list) else self._encode(item)
         self.net.send_up(self.conn, frames, keep_late=_again(item) and self.rng.random() < 0.02)
-        self.sess.last_send = self.clock.now
         return True
 
-    def _encode(self, msg: p.Message) -> list[bytes]:
-        if not msg.frm:
-            msg.frm = self.name
-        if not msg.ts:
-            msg.ts = self.clock.now
-        frames: list[bytes] = p.binary.encode(msg)
-        if max(len(f) for f in frames) > self.sess.max_message:
-            raise p.LocalProtocolError("too-large", f"a {msg.kind} over the queen's limit")
-        return frames
-
-    # -- carrying out the sessions' decisions ---------------------------------------------
+    # -- the turn -------------------------------------------------------------------------
 
     def pump(self) -> None:
-        """After any event: the session's actions, the timers, what to send."""
+        """After any event: the timers, what to send, then wake at the next deadline."""
         if not self.alive or self.clock.now < self.paused_until:
             return
         now = self.clock.now
-        self.sess.tick(now, self.busy())
-        self.act()
-        self.on_timers(now)
-        if self.sess.active:
-            self.flush(now)
-        self.act()
+        link = self.link
+        link.tick(now)
+        self.do()
+        if link.flush(now):
+            # A backlog goes out slice by slice, a turn at a time (as in the actors).
+            gen = self.gen
+            self.clock.after(0.0, lambda: self.soon(gen, self.pump))
+        self.do()
         self._schedule()
 
-    def act(self) -> None:
-        sess = self.sess
-        for a in sess.take():
-            match a:
-                case ses.Beat():
-                    if self._send(p.Message("hb", self.hb_body(), to="queen")):
-                        sess.sent(self.clock.now, beat=True)
-                case ses.SayHello(fresh_connection=fresh):
-                    if fresh or self.conn is None or self.conn.queen != self.queen:
-                        self._reconnect()
-                    hello = p.Message("hello", self.hello_body(), frm=self.name, to="queen",
-                                      ts=self.clock.now)
-                    self._send(hello)
-                    sess.hello_sent(hello.id, self.clock.now)
-                case ses.Redirect(leader=leader):
-                    if leader and leader in self.queens:
-                        self.queen = leader
-                    else:
-                        self.queen = self.queens[(self.queens.index(self.queen) + 1)
-                                                 % len(self.queens)]
-                case ses.Welcomed(first=first, new_epoch=new_epoch):
-                    self.net.subscribe(self, self.queen)
-                    if self.replica is not None:
-                        if new_epoch:
-                            self.replica.reset()
-                        self._send(p.Message("mem.sync", {"op": "snapshot"}, to="queen"))
-                    self.welcomed(first)
-                case ses.Lost(why=why):
-                    self.log(f"{self.name}: {why}; reconnecting")
-                    self._reconnect()
-                    self.lost(why)
-                case ses.Refused(code=code, message=message):
-                    self.refused = f"{code}: {message}"
-                    self.log(f"{self.name} refused: {self.refused}")
-                    self.alive = False
-                case _:
-                    pass
-
-    def _reconnect(self) -> None:
-        if self.conn is not None:
-            self.net.close(self.conn)
-        self.net.unsubscribe(self)
-        self.conn = self.net.connect(self, self.queen)
-
-    def flush(self, now: float) -> None:
-        for _ in range(100_000):  # (a network without full pipes: until all went)
-            items = self.outgoing(now)
-            if not items:
-                return
-            for item in items:
-                try:
-                    frames = item if isinstance(item, list) else self._encode(item)
-                except p.ProtocolError as e:
-                    self.unencodable(item, e)
-                    continue
-                assert self.conn is not None
-                self.net.send_up(self.conn, frames,
-                                 keep_late=_again(item) and self.rng.random() < 0.02)
-                self.sess.last_send = now
-                self.sent(item, now)
-
     def _schedule(self) -> None:
-        """Wake at the sessions' next deadline (once: a later wake is not scheduled twice)."""
-        t = min(self.sess.next_deadline(self.busy()), self.next_timer())
+        """Wake at the link's next deadline (once: a later wake is not scheduled twice)."""
+        t = self.link.next_wakeup()
         if t >= self._wake_at and self._wake_at > self.clock.now:
             return
         if t == float("inf"):
@@ -304,54 +208,120 @@ class SimPeer:
 
     # -- what subclasses say --------------------------------------------------------------
 
-    def hello_body(self) -> dict[str, Any]:
-        return {"role": self.role, "name": self.name, "versions": [2], "codecs": ["msgpack"],
-                "features": list(p.negotiation.FEATURES), "host": "sim", "pid": self.gen,
-                "session": f"{self.name}/{self.gen}"}
+    def role_session(self) -> Role:
+        raise NotImplementedError
 
-    def hb_body(self) -> dict[str, Any]:
-        return {}
+    def flush_limit(self) -> int:
+        return FLUSH_MAX
 
-    def busy(self) -> bool:
-        return False
+    def observe(self, msg: p.Message) -> None:
+        """Every message from the queen, before the link hands it on (the invariants)."""
 
-    def next_timer(self) -> float:
-        return float("inf")
-
-    def on_timers(self, now: float) -> None:
-        pass
+    def do(self) -> None:
+        """Carry out the role session's actions."""
 
     def welcomed(self, first: bool) -> None:
         pass
 
+
+class _SimPort:
+    """The link's port for a simulated peer: the simulated network and clock."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: SimPeer) -> None:
+        self.peer = peer
+
+    def send(self, frames: list[bytes], item: Item) -> bool:
+        return self.peer.send_frames(frames, item)
+
+    def wall(self) -> float:
+        return self.peer.clock.now
+
+    def about(self) -> dict[str, Any]:
+        peer = self.peer
+        return {"host": "sim", "pid": peer.gen, "session": f"{peer.name}/{peer.gen}",
+                **peer.hello_extra}
+
+    def open(self, endpoint: str, why: str) -> None:
+        peer = self.peer
+        if peer.conn is not None:
+            peer.net.close(peer.conn)
+        peer.net.unsubscribe(peer)
+        peer.subscribed = ""
+        peer.conn = peer.net.connect(peer, endpoint)
+
+    def moved(self) -> str | None:
+        return None  # (no discovery in the simulator)
+
     def lost(self, why: str) -> None:
+        self.peer.log(f"{self.peer.name}: {why}; reconnecting")
+
+    def welcomed(self, first: bool, new_epoch: bool, pub: str) -> None:
+        peer = self.peer
+        peer.net.subscribe(peer, peer.queen)
+        peer.subscribed = peer.queen
+        peer.welcomed(first)
+
+    def forgotten(self) -> None:
         pass
 
-    def forgotten(self, ref: str | None) -> None:
+    def refused(self, code: str, message: str, body: dict[str, Any]) -> None:
+        peer = self.peer
+        peer.refused = f"{code}: {message}"
+        peer.log(f"{peer.name} refused: {peer.refused}")
+        peer.alive = False
+
+    def waiting(self, waited: float) -> None:
         pass
 
-    def on_message(self, msg: p.Message) -> None:
-        pass
+    def broadcast(self, topic: str, msg: p.Message) -> None:
+        peer = self.peer
+        peer.heard[msg.id] = peer.heard.get(msg.id, 0) + 1
+        if peer.heard[msg.id] > 1:
+            peer.ledger.fail("broadcast-once", f"{peer.name} heard broadcast {msg.id} twice")
 
-    def on_error(self, msg: p.Message) -> None:
-        pass
-
-    def outgoing(self, now: float) -> list[Item]:
-        return []
-
-    def sent(self, item: Item, now: float) -> None:
-        pass
-
-    def unencodable(self, item: Item, e: p.ProtocolError) -> None:
-        pass
+    def log(self, level: str, text: str) -> None:
+        self.peer.log(text)
 
 
-class PeerSessionFactory:
-    """Peer sessions with their randomness from the simulator's seed."""
+class SimMemory:
+    """Colony memory as a simulated peer keeps it: the real replica, no callers."""
 
-    @staticmethod
-    def make(rng: random.Random) -> ses.PeerSession:
-        return ses.PeerSession(rng=random.Random(rng.random()))
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: SimPeer) -> None:
+        self.peer = peer
+
+    def _snapshot(self) -> None:
+        self.peer.link.role.send(p.Message("mem.sync", {"op": "snapshot"}, to="queen"))
+
+    def on_welcome(self, new_epoch: bool) -> None:
+        r = self.peer.replica
+        if r is not None and new_epoch:
+            r.reset()
+        self._snapshot()
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        r = self.peer.replica
+        if r is not None and r.apply(update) == RESYNC:
+            self._snapshot()
+
+    def on_queen_seq(self, seq: int) -> None:
+        r = self.peer.replica
+        if r is not None and r.behind(seq):
+            self._snapshot()
+
+    def on_reply(self, msg: p.Message) -> bool:
+        r = self.peer.replica
+        if r is None or msg.b.get("op") != "snap":
+            return False
+        if r.load(msg.b) == RESYNC:
+            self._snapshot()
+        return True
+
+    def on_error(self, msg: p.Message) -> bool:
+        return False
 
 
 @dataclass(slots=True)
@@ -373,83 +343,32 @@ class SimForager(SimPeer):
 
     def __init__(self, name: str, tools: list[str], slots: int, labels: dict[str, Any],
                  runs: Callable[[], int], **kw: Any) -> None:
-        super().__init__(name, **kw)
         self.tools = tools
         self.slots = slots
         self.labels = labels
         self._uids = runs
         self.fs = ForagerSession(tools, slots, labels)
         self.handlers: dict[str, HandlerRun] = {}
+        super().__init__(name, **kw)
 
     def fresh(self) -> None:
         self.fs = ForagerSession(self.tools, self.slots, self.labels)
         self.handlers = {}
 
-    def hello_body(self) -> dict[str, Any]:
-        return {**super().hello_body(), **self.fs.hello_fields()}
+    def role_session(self) -> Role:
+        return self.fs
 
-    def hb_body(self) -> dict[str, Any]:
-        return self.fs.hb_body()
-
-    def busy(self) -> bool:
-        return self.fs.busy
-
-    def next_timer(self) -> float:
-        return self.fs.next_deadline()
-
-    def on_timers(self, now: float) -> None:
-        mon = self.sess.monitor
-        patience = mon.timeout if mon is not None else 5 * self.sess.hb_interval
-        self.fs.tick(now, patience, self.sess.active)
-        self.do()
-
-    def welcomed(self, first: bool) -> None:
-        self.fs.welcomed(first, self.sess.welcome.get("updates"))
-
-    def lost(self, why: str) -> None:
-        self.fs.queen_lost()
-
-    def outgoing(self, now: float) -> list[Item]:
-        self.fs.features = self.sess.features
+    def flush_limit(self) -> int:
         # The outbox in slices of 1, 2 or the real size (by the process's life, not the
         # rng, so seeds keep their schedules): batches cut at every place, in order.
-        return list(self.fs.flush(now, (1, 2, fs_.FLUSH_MAX)[self.gen % 3]))
+        return (1, 2, FLUSH_MAX)[self.gen % 3]
 
-    def sent(self, item: Item, now: float) -> None:
-        if isinstance(item, p.Message):
-            self.fs.sent(item, now)
-
-    def unencodable(self, item: Item, e: p.ProtocolError) -> None:
-        if isinstance(item, p.Message):
-            self.fs.unencodable(item, e.code, e.message)
-
-    def on_message(self, msg: p.Message) -> None:
-        now = self.clock.now
-        fs = self.fs
-        if msg.kind == "task.assign":
-            fs.assign(msg.id, msg.b, None, now)
-        elif msg.kind == "task.assigns":
-            fs.assigns(msg.b["assigns"], now)
-        elif msg.kind == "task.cancel":
-            fs.cancel(msg.ref)
-        elif msg.kind == "task.answer":
+    def observe(self, msg: p.Message) -> None:
+        if msg.kind == "task.answer":
             request = str(msg.b.get("request"))
             if not request.startswith(f"{msg.ref}.q"):  # (a request is named after its asker)
                 self.ledger.fail("answer-to-asker", f"{self.name}: the answer to {request} "
                                  f"was sent to assignment {msg.ref}")
-            fs.answer(msg.ref, msg.b.get("request"), msg.b.get("value"))
-        elif msg.kind == "graph.spawned":
-            fs.reply(msg.ref, msg.b)
-        elif msg.kind == "ctl.drain":
-            if fs.drain():
-                self._send(p.Message("hb", fs.hb_body(), to="queen"))
-        elif msg.kind in ("msg", "note"):
-            self.ledger.kept_delivered(msg, self.name)
-        self.do()
-
-    def on_error(self, msg: p.Message) -> None:
-        self.fs.error(msg.ref, msg.b)
-        self.do()
 
     def do(self) -> None:
         for a in self.fs.take():
@@ -474,6 +393,8 @@ class SimForager(SimPeer):
                             self._later(h, 0.001, self._step)
                 case fs_.Leave():
                     self.crash()
+                case fs_.Delivered(msg=msg):
+                    self.ledger.kept_delivered(msg, self.name)
 
     # -- simulated handlers ---------------------------------------------------------------
 
@@ -591,16 +512,22 @@ class SimClient(SimPeer):
     role = "client"
 
     def __init__(self, name: str, **kw: Any) -> None:
-        super().__init__(name, **kw)
-        self.cs = ClientSession(queen_wait=1e9, submit_timeout=1e9, retry_queue_full=True,
-                                rng=random.Random(self.rng.random()))
         self.attached: dict[str, list[int]] = {}  # task -> sequence numbers seen
         # task -> the last update heard live: the queen's number, (attempt, n)
         self.live: dict[str, tuple[int, tuple[Any, Any]]] = {}
+        self.cs = self._session(kw["rng"])
+        super().__init__(name, **kw)
+
+    @staticmethod
+    def _session(rng: random.Random) -> ClientSession:
+        return ClientSession(queen_wait=1e9, submit_timeout=1e9, retry_queue_full=True,
+                             rng=random.Random(rng.random()))
 
     def fresh(self) -> None:
-        self.cs = ClientSession(queen_wait=1e9, submit_timeout=1e9, retry_queue_full=True,
-                                rng=random.Random(self.rng.random()))
+        self.cs = self._session(self.rng)
+
+    def role_session(self) -> Role:
+        return self.cs
 
     # -- the workload's calls -------------------------------------------------------------
 
@@ -659,55 +586,18 @@ class SimClient(SimPeer):
         if self.conn is not None and self.sess.active:
             self.net.send_up(self.conn, frames)
 
-    # -- the session ----------------------------------------------------------------------
+    # -- what arrives ---------------------------------------------------------------------
 
-    def welcomed(self, first: bool) -> None:
-        self.cs.welcomed(first)
-
-    def lost(self, why: str) -> None:
-        self.cs.lost(self.clock.now, why)
-
-    def forgotten(self, ref: str | None) -> None:
-        self.cs.forgotten(ref)
-
-    def next_timer(self) -> float:
-        return self.cs.next_deadline()
-
-    def on_timers(self, now: float) -> None:
-        self.cs.tick(now)
-        self.do()
-
-    def outgoing(self, now: float) -> list[Item]:
-        return self.cs.flush(now)
-
-    def on_message(self, msg: p.Message) -> None:
+    def observe(self, msg: p.Message) -> None:
         kind, b = msg.kind, msg.b
-        if kind in ("task.result", "task.progress", "task.ask"):
+        if kind in ("task.result", "task.progress"):
             self._update(kind, b)
         elif kind == "task.batch":
             for item in b["results"]:
-                self._update(item.pop("kind", "task.result"), item)
-        elif kind == "graph.result":
-            if self.cs.graph_ended(b["graph"]):
-                self.ledger.graph_outcomes.setdefault(b["graph"], []).append(b)
-                if len(self.ledger.graph_outcomes[b["graph"]]) > 1:
-                    self.ledger.fail("one-outcome", f"graph {b['graph']} ended twice")
+                if isinstance(item, dict):
+                    self._update(item.get("kind", "task.result"), item)
         elif kind == "task.update":
             self._attached(b)
-        elif kind in ("msg", "note"):
-            self.ledger.kept_delivered(msg, self.name)
-        elif kind == "msg.receipt":
-            k = self.ledger.kept.get(b.get("message", ""))
-            if k is not None:
-                k.receipts.append(str(b.get("status")))
-        elif kind == "task.attached":
-            # A stream from this cursor starts (again, if this client attached before).
-            self.attached[b["task"]] = [b["after"]]
-            self.cs.answered(msg.ref or "")
-        elif kind in ("task.answered", "status.reply", "inbox.reply", "graph.state",
-                      "task.state"):
-            self.cs.answered(msg.ref or "")
-        self.do()
 
     def _update(self, kind: str, b: dict[str, Any]) -> None:
         seq = b.get("seq")
@@ -722,9 +612,6 @@ class SimClient(SimPeer):
                 self.ledger.fail("live-order", f"{self.name} heard update {seq} (run "
                                  f"{n}) of {task} after {last} (run {last_n})")
             self.live[task] = (max(last, seq), n if n[1] is not None else last_n)
-        if (not self.cs.update(kind, b) and str(b.get("task", ""))[:3] == "tg:"
-                and kind == "task.result" and not b.get("partial")):
-            self.log(f"{self.name} hears graph node {b['task']}: {b.get('state')}")
 
     def _attached(self, b: dict[str, Any]) -> None:
         seen = self.attached.setdefault(b["task"], [0])
@@ -739,14 +626,6 @@ class SimClient(SimPeer):
                              f"update {seq} right after {seen[-1]}")
         seen.append(seq)
 
-    def on_error(self, msg: p.Message) -> None:
-        about = self.cs.error(msg.ref, dict(msg.b), self.clock.now)
-        if about == "graph":
-            self.ledger.graph_outcomes.setdefault(msg.ref or "", []).append(msg.b)
-        elif about == "request":
-            self.cs.answered(msg.ref or "")
-        self.do()
-
     def do(self) -> None:
         for a in self.cs.take():
             match a:
@@ -760,6 +639,31 @@ class SimClient(SimPeer):
                         self._answer_later(task_id, body)
                 case cs_.GiveUp(why=why):
                     self.ledger.fail("one-outcome", f"{self.name} gave up: {why}")
+                case cs_.NodeUpdate(kind=kind, body=body):
+                    if kind == "task.result" and not body.get("partial"):
+                        self.log(f"{self.name} hears graph node {body['task']}: "
+                                 f"{body.get('state')}")
+                case cs_.GraphEvent(kind=kind, msg=msg):
+                    if kind == "graph.result":
+                        got = self.ledger.graph_outcomes.setdefault(msg.b["graph"], [])
+                        got.append(msg.b)
+                        if len(got) > 1:
+                            self.ledger.fail("one-outcome", f"graph {msg.b['graph']} ended "
+                                             "twice")
+                    elif kind == "error":
+                        self.ledger.graph_outcomes.setdefault(msg.ref or "", []).append(msg.b)
+                case cs_.Reply(kind="task.attached", body=body):
+                    # A stream from this cursor starts (again, if this client attached before).
+                    self.attached[body["task"]] = [body["after"]]
+                case cs_.Delivered(msg=msg):
+                    if msg.kind in ("msg", "note"):
+                        self.ledger.kept_delivered(msg, self.name)
+                    else:
+                        k = self.ledger.kept.get(msg.b.get("message", ""))
+                        if k is not None:
+                            k.receipts.append(str(msg.b.get("status")))
+                case _:
+                    pass
 
     def _answer_later(self, task_id: str, body: dict[str, Any]) -> None:
         gen = self.gen

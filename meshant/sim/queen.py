@@ -19,10 +19,11 @@ from meshant import protocol as p
 from meshant.actors._reads import answer
 from meshant.core.journal.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
 from meshant.core.nodes.registry import Node
-from meshant.core.queen.outbox import Commit, Publish, Read, Send, grouped
+from meshant.core.queen.carry import carry_out
+from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
-from meshant.core.tasks.model import QUEUED, Task
+from meshant.core.tasks.model import QUEUED, Task, graph_node_of, is_graph_node
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
@@ -102,6 +103,11 @@ class SimQueen:
         self.roles = Roles(leading=store is None)
         self._held: deque[Callable[[], None]] = deque()  # what came while paused
         self.crash_after: int | None = None  # armed: die after this many more actions
+        # Armed: die right after the next journal commit that holds a record of this kind
+        # (None: any), before what follows it leaves (a power cut between a write and
+        # what depends on it).
+        self.crash_commits: int | None = None
+        self.crash_kind: type | None = None
         self.on_crash: Callable[[SimQueen], None] = lambda q: None
         self.on_action: Callable[[Any], None] = lambda a: None
         # How long a journal read takes: a network database's round trip (a test's
@@ -110,6 +116,7 @@ class SimQueen:
         # The CURVE key a connection authenticated with (the simulator's have none).
         self.key_of: Callable[[bytes], bytes | None] = lambda identity: None
         self._given = journal
+        self._lease_asked = 0  # the life whose lease round is in flight (0: none)
 
     @property
     def life(self) -> str:
@@ -204,12 +211,10 @@ class SimQueen:
         core = QueenCore(self.config, epoch=epoch, wall_offset=WALL,
                          restored=journal.restored() if journal is not None else None,
                          now=self.clock.now, rng=random.Random(self.rng.random()))
-        core.term = term
+        core.lead(term, self._hint() if not restore and not self.roles.leading else None)
         if restore:
             self.ledger.restored[self.life] = {
                 (att.task.id, att.number) for att in core.scheduler.held.values()}
-        elif not self.roles.leading:
-            core.standby = self._hint()
         return core
 
     def _hint(self) -> dict[str, Any]:
@@ -243,12 +248,13 @@ class SimQueen:
                 self.log(f"{self.life} steps down (term {term})")
             case Hint():
                 assert self.core is not None
-                self.core.standby = self._hint()
+                self.core.lead(self.core.term, self._hint())
 
     def _lease_round(self) -> None:
         hold, store = self.hold, self.store
-        if hold is None or store is None:
-            return
+        if hold is None or store is None or self._lease_asked == self.incarnation:
+            return  # (one round at a time, as the actor's leadership thread makes them)
+        self._lease_asked = self.incarnation
         sent = self.clock.now
         life = self.incarnation
         leading = hold.role == "leader"
@@ -266,6 +272,7 @@ class SimQueen:
             def reply() -> None:
                 if not self.up or self.incarnation != life:
                     return
+                self._lease_asked = 0
                 self._when_running(lambda: self._lease_reply(leading, ok, won, sent))
             self.clock.after(self.net._delay(), reply)
         self.clock.after(self.net._delay(), at_store)
@@ -330,36 +337,29 @@ class SimQueen:
         self._check_bounds(core)
         self._carry_out(core, actions)
 
-    def _carry_out(self, core: QueenCore, actions: list[Any]) -> None:
-        net, life = self.net, self.incarnation
-        for a in grouped(actions):
-            if isinstance(a, Commit):
-                for r in a.actions:
-                    self.on_action(r)
-            else:
-                self.on_action(a)
-            if self.crash_after is not None:
-                if self.crash_after <= 0:
-                    self.crash_after = None
-                    self.kill()
-                    return
-                self.crash_after -= 1
-            match a:
-                case Send(identity=identity, codec=codec, msg=msg):
-                    self._check_acting(msg)
-                    try:
-                        frames = p.encode_for(msg, codec)
-                    except p.ProtocolError:
-                        continue
-                    if not net.send_down(self.name, identity, frames):
-                        core.counters["dropped_sends"] += 1
-                case Publish(topic=topic, frames=frames):
-                    net.publish(self.name, topic, frames)
-                case Read():
-                    self._read(a, life)
-                case Commit():
-                    if not self._write(a):
-                        return
+    def _carry_out(self, core: QueenCore, actions: list[Action]) -> None:
+        try:
+            carry_out(actions, _SimQueenPort(self, core), core.counters)
+        except _Killed:
+            pass  # (crashed mid-turn: what was left is not carried out)
+
+    def _action(self, a: Any) -> None:
+        """Before each action goes: the test's hook, and a crash armed mid-turn."""
+        if isinstance(a, Commit):
+            for r in a.actions:
+                self.on_action(r)
+        else:
+            self.on_action(a)
+        if self.crash_after is not None:
+            if self.crash_after <= 0:
+                self.crash_after = None
+                self.kill()
+                raise _Killed
+            self.crash_after -= 1
+        if self.crash_commits is not None and self.crash_commits < 0:
+            self.crash_commits = None
+            self.kill()
+            raise _Killed
 
     def _write(self, action: Commit) -> bool:
         """A run of journal actions (one transaction), fenced by the term when queens
@@ -462,7 +462,7 @@ class SimQueen:
                     self.ledger.fail("priority-order", f"{b['task']} (priority "
                                      f"{task.priority}) went to {node.name} while {better.id}"
                                      f" (priority {better.priority}) waited for it")
-                if task.id.startswith("tg:"):
+                if is_graph_node(task.id):
                     self._check_graph_node(core, task.id)
         for node, runs in sched.running.items():
             if len(runs) > node.slots:
@@ -470,7 +470,10 @@ class SimQueen:
                                  f"which has {node.slots} slots")
 
     def _check_graph_node(self, core: QueenCore, task_id: str) -> None:
-        gid, _, name = task_id[3:].rpartition("/")
+        where = graph_node_of(task_id)
+        if where is None:
+            return
+        gid, name = where
         g = core.graphs.graphs.get(gid)
         if g is None or name not in g.nodes:
             return
@@ -499,6 +502,48 @@ class SimQueen:
                 self.ledger.fail("bounded", f"the inbox of {name} holds {size} bytes")
         if core.scheduler.queued > self.config.max_queue:
             self.ledger.fail("bounded", f"{core.scheduler.queued} tasks queued")
+
+
+class _Killed(Exception):
+    """The queen died in the middle of carrying out a turn's actions."""
+
+
+class _SimQueenPort:
+    """The core's actions on the simulated network and disk."""
+
+    __slots__ = ("core", "life", "queen")
+
+    def __init__(self, queen: SimQueen, core: QueenCore) -> None:
+        self.queen = queen
+        self.core = core
+        self.life = queen.incarnation
+
+    def send(self, identity: bytes, frames: list[bytes], msg: p.Message) -> bool:
+        q = self.queen
+        q._action(Send(identity, "", msg))
+        q._check_acting(msg)
+        return q.net.send_down(q.name, identity, frames)
+
+    def publish(self, topic: bytes, frames: list[bytes]) -> None:
+        q = self.queen
+        q._action(Publish(topic, frames))
+        q.net.publish(q.name, topic, frames)
+
+    def read(self, read: Read) -> None:
+        self.queen._action(read)
+        self.queen._read(read, self.life)
+
+    def commit(self, commit: Commit) -> bool:
+        q = self.queen
+        q._action(commit)
+        ok = q._write(commit)
+        if q.crash_commits is not None and (q.crash_kind is None or any(
+                isinstance(r, q.crash_kind) for r in commit.actions)):
+            q.crash_commits -= 1  # (below 0: the next action does not leave)
+        return ok
+
+    def unencodable(self, msg: p.Message, error: p.ProtocolError) -> None:
+        pass
 
 
 def _better_queued(tasks: Iterable[Task], task: Task, node: Node) -> Task | None:

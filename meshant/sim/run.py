@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.queen.outbox import GraphRecord, Record, RecordMemory, Remember
 from meshant.core.queen.router import QueenConfig
 from meshant.sim.ledger import Ledger, Violation
 from meshant.sim.peers import SimClient, SimForager, SimPeer
@@ -33,6 +34,10 @@ LOAD = 8.0  # seconds of submissions
 FAULTS = 12.0  # faults strike until then
 END = 240.0  # a run that has not settled by then has lost something
 SETTLE = 3.0  # seconds of quiet after the last outcome, for late duplicates to show
+# What a crash-at-commit dies right after: the next journal commit with a record of...
+COMMIT_KINDS: tuple[tuple[str, type | None], ...] = (
+    ("any kind", None), ("tasks", Record), ("graphs", GraphRecord),
+    ("conversations", Remember), ("colony memory", RecordMemory))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,8 @@ class Fault:
     def __str__(self) -> str:
         extra = f" {self.seconds:.2f} s" if self.seconds else ""
         extra += f" after {self.n} actions" if self.kind == "crash-mid-turn" else ""
+        if self.kind == "crash-at-commit":
+            extra += f" after the next commit of {COMMIT_KINDS[self.n][0]}"
         return f"{self.at:8.3f} fault: {self.kind} {self.target}{extra}"
 
 
@@ -55,7 +62,8 @@ class Profile:
     workload; a test may lean on some (the mutants' tests do, to meet their bug sooner)."""
 
     weights: tuple[tuple[str, float], ...] = (
-        ("kill-queen", 3), ("crash-mid-turn", 3), ("pause-queen", 2), ("kill-forager", 3),
+        ("kill-queen", 3), ("crash-mid-turn", 3), ("crash-at-commit", 2), ("pause-queen", 2),
+        ("kill-forager", 3),
         ("pause-forager", 2), ("client-reconnect", 2), ("partition", 2),
         ("late-duplicate", 3), ("garbage", 1), ("oversize", 1))
     faults: tuple[int, int] = (0, 8)
@@ -154,7 +162,7 @@ class Colony:
         for _ in range(rng.randint(*self.profile.faults)):
             kind = rng.choices(kinds, weights)[0]
             at = rng.uniform(0.5, FAULTS)
-            if kind in ("kill-queen", "crash-mid-turn", "pause-queen"):
+            if kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen"):
                 target = rng.choice(self.queens).name
                 seconds = rng.uniform(0.3, 6.0)
             elif kind in ("kill-forager", "pause-forager"):
@@ -170,7 +178,9 @@ class Colony:
             else:
                 target = rng.choice(self.clients).name
                 seconds = 0.0
-            faults.append(Fault(at, kind, target, seconds, rng.randint(0, 6)))
+            n = rng.randrange(len(COMMIT_KINDS)) if kind == "crash-at-commit" else (
+                rng.randint(0, 6))
+            faults.append(Fault(at, kind, target, seconds, n))
         faults.sort(key=lambda f: f.at)
         return [f for i, f in enumerate(faults) if i not in disabled]
 
@@ -272,13 +282,16 @@ class Colony:
         self.log(str(f).strip())
         rng = self.rng
         clock = self.clock
-        if f.kind in ("kill-queen", "crash-mid-turn", "pause-queen"):
+        if f.kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen"):
             q = next(x for x in self.queens if x.name == f.target)
             if f.kind == "pause-queen":
                 q.pause(f.seconds)
             elif f.kind == "kill-queen":
                 q.kill()
                 clock.after(f.seconds, q.revive)
+            elif f.kind == "crash-at-commit":
+                q.crash_commits, q.crash_kind = 0, COMMIT_KINDS[f.n][1]
+                q.on_crash = lambda q: clock.after(f.seconds, q.revive)
             else:
                 q.crash_after = f.n
                 q.on_crash = lambda q: clock.after(f.seconds, q.revive)
@@ -296,7 +309,8 @@ class Colony:
         elif f.kind == "client-reconnect":
             c = next(x for x in [*self.clients, *self.mailboxes] if x.name == f.target)
             if c.alive:
-                c.sess.moved(clock.now)
+                c.link.moved(clock.now)
+                c.do()
                 c.pump()
         elif f.kind == "late-duplicate":
             self.net.replay_late()

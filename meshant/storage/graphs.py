@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from meshant.core.tasks.model import GRAPH_NODE_PREFIX, graph_node_id
 from meshant.storage.records import Batch, pack, unpack
 
 TABLES = (
@@ -93,8 +94,9 @@ def _nodes(j: Any, gid: str) -> list[dict[str, Any]]:
     # Each node's attempt is its task's (a node's task id is tg:<graph>/<name>; a node
     # that never ran has none).
     rows = j._all("SELECT n.seq, n.parent, n.spec, n.state, n.result, n.error, t.attempt "
-                  "FROM graph_nodes n LEFT JOIN tasks t ON t.id = 'tg:' || n.graph || '/' "
-                  "|| n.name WHERE n.graph = ? ORDER BY n.seq", (gid,))
+                  "FROM graph_nodes n LEFT JOIN tasks t ON t.id = "
+                  f"'{GRAPH_NODE_PREFIX}' || n.graph || '/' || n.name "
+                  "WHERE n.graph = ? ORDER BY n.seq", (gid,))
     # A node whose task row was pruned (tasks are kept by count, graphs on their own) ran
     # all the same if it ended completed or failed: its attempt is unknown (None).
     return [{"seq": r[0], "parent": r[1], "spec": unpack(r[2]), "state": r[3],
@@ -133,7 +135,7 @@ def find(j: Any, gid: str) -> dict[str, Any] | None:
     for n in nodes:
         counts[n["state"]] = counts.get(n["state"], 0) + 1
         rec: dict[str, Any] = {"node": n["spec"]["name"], "state": n["state"],
-                               "id": f"tg:{gid}/{n['spec']['name']}",
+                               "id": graph_node_id(gid, n["spec"]["name"]),
                                "capability": n["spec"]["capability"],
                                "attempt": n["attempt"]}
         if n["parent"]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from meshant.core.journal.archive import Restored
 from meshant.core.journal.idfilter import IdFilter
+from meshant.core.tasks.model import graph_node_id
 from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
 from meshant.storage.records import COLS, SELECT, Batch, chain, unpack
@@ -88,7 +89,7 @@ class JournalReader:
         unfinished = [r["id"] for r in tasks if r["final"] is None]
         held = {r["id"] for r in tasks}
         running = self.unfinished_graphs()
-        wanted = [f"tg:{g['id']}/{n['spec']['name']}" for g in running for n in g["nodes"]]
+        wanted = [graph_node_id(g["id"], n["spec"]["name"]) for g in running for n in g["nodes"]]
         finals = {tid: row for tid, row in self.find_many(
             [t for t in wanted if t not in held]).items() if row["final"] is not None}
         store = self.conversation

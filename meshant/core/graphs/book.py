@@ -21,13 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.graphs.model import GraphError, NodeSpec, check_graph, substitute, task_id
+from meshant.core.counters import Counters
+from meshant.core.graphs.model import GraphError, NodeSpec, check_graph, substitute
+from meshant.core.lifecycle import GRAPH_NODE, GRAPH_NODE_FINAL, NodeEvent, NodeState, step
+from meshant.core.tasks.model import graph_node_id, graph_node_of
 from meshant.core.tasks.scheduler import QueueFull, Scheduler, Task, revive
 from meshant.protocol.codes import Code
 
-PENDING, RUNNING = "pending", "running"
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
-NODE_FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+PENDING, RUNNING = NodeState.PENDING, NodeState.RUNNING
+COMPLETED, FAILED, CANCELLED = NodeState.COMPLETED, NodeState.FAILED, NodeState.CANCELLED
+NODE_FINAL = GRAPH_NODE_FINAL
+_ENDS = {COMPLETED: NodeEvent.COMPLETE, FAILED: NodeEvent.FAIL, CANCELLED: NodeEvent.CANCEL}
 KEEP_DONE = 1000  # finished graphs remembered in memory (the journal keeps them all)
 KEEP_DONE_NODES = 50_000  # and their node states, at most (bounded by nodes, not graphs)
 
@@ -38,7 +42,7 @@ class GNode:
     seq: int
     parent: str | None = None
     journaled: bool = False  # its row (with its spec) is in the journal
-    state: str = PENDING
+    state: NodeState = PENDING
     waiting: int = 0  # nodes it still waits for
     result: Any = None
     error: dict[str, Any] | None = None
@@ -79,7 +83,8 @@ class Graph:
         return out
 
     def node_record(self, n: GNode) -> dict[str, Any]:
-        rec: dict[str, Any] = {"node": n.name, "state": n.state, "id": task_id(self.id, n.name),
+        rec: dict[str, Any] = {"node": n.name, "state": n.state,
+                               "id": graph_node_id(self.id, n.name),
                                "capability": n.spec.capability}
         if n.parent:
             rec["spawned_by"] = n.parent
@@ -93,7 +98,8 @@ class GraphBook:
 
     def __init__(self, scheduler: Scheduler, max_nodes: int,
                  max_payload: int = 64 * 1024 * 1024,
-                 notify: Callable[[bytes, p.Message], None] | None = None) -> None:
+                 notify: Callable[[bytes, p.Message], None] | None = None,
+                 counters: Counters | None = None) -> None:
         self.scheduler = scheduler
         self.max_nodes = max_nodes
         self.max_payload = max_payload  # the largest frame a forager accepts
@@ -106,7 +112,8 @@ class GraphBook:
         self.changed: dict[str, Graph] = {}
         self.changed_nodes: list[tuple[Graph, GNode]] = []
         self.track_changes = False
-        self.counters = {"graphs": 0, "graph_nodes": 0, "spawned": 0}
+        self.counters = counters if counters is not None else Counters()
+        self.counters.declare("graphs", "graphs", "graph_nodes", "spawned")
         self._now = 0.0
         # While restoring: final tasks of the graphs' nodes that the journal holds.
         self._finals: dict[str, Task] | None = None
@@ -208,7 +215,7 @@ class GraphBook:
 
     def _start(self, g: Graph, n: GNode, now: float) -> None:
         sched = self.scheduler
-        tid = task_id(g.id, n.name)
+        tid = graph_node_id(g.id, n.name)
         known = sched.find_live(tid) or (
             self._finals.get(tid) if self._finals is not None else None)
         if known is not None:
@@ -216,10 +223,9 @@ class GraphBook:
             # the graph is restored, or as its client sends the graph again (the queen
             # died after the node's task was written, before the graph was). The same
             # node: its results go to the graph's client.
-            n.state = RUNNING
-            self._touch(g, n)
+            self._move(g, n, NodeEvent.START)
             if known.final is None:
-                known.client, known.client_name = g.client, g.client_name
+                sched.follow(known, g.client, g.client_name)
             else:
                 self.on_final(known)
             return
@@ -250,8 +256,7 @@ class GraphBook:
             self._end(g, n, FAILED, {"code": Code.QUEUE_FULL, "cause": Code.QUEUE_FULL,
                                      "message": f"queue full: {e}"})
             return
-        n.state = RUNNING
-        self._touch(g, n)
+        self._move(g, n, NodeEvent.START)
         if g.updates:
             self.notify(g.client, p.Message("graph.node", {
                 "graph": g.id, "node": n.name, "state": RUNNING, "task": tid}))
@@ -266,9 +271,9 @@ class GraphBook:
 
     def on_final(self, task: Task) -> None:
         """A graph node's task ended (the scheduler's hook, and restore's)."""
-        gid, _, name = task.id[3:].rpartition("/")
-        g = self.graphs.get(gid)
-        n = g.nodes.get(name) if g is not None else None
+        where = graph_node_of(task.id)
+        g = self.graphs.get(where[0]) if where is not None else None
+        n = g.nodes.get(where[1]) if g is not None and where is not None else None
         if g is None or n is None or n.state in NODE_FINAL:
             return
         body = task.final or {}
@@ -280,7 +285,7 @@ class GraphBook:
             self._end(g, n, state if state in NODE_FINAL else FAILED,
                       body.get("error") or {"code": Code.ERROR}, notify=False)
 
-    def _end(self, g: Graph, n: GNode, state: str, error: dict[str, Any] | None, *,
+    def _end(self, g: Graph, n: GNode, state: NodeState, error: dict[str, Any] | None, *,
              notify: bool = True) -> None:
         """``n`` is final. ``notify``: tell the client (a node whose task ended has told
         it already, with the task's own result)."""
@@ -307,15 +312,20 @@ class GraphBook:
         if g.open == 0:
             self._finish(g)
 
-    def _mark(self, g: Graph, n: GNode, state: str, error: dict[str, Any] | None,
-              notify: bool) -> None:
-        n.state = state
-        n.error = error
-        g.open -= 1
+    def _move(self, g: Graph, n: GNode, event: NodeEvent) -> None:
+        """Move ``n`` by ``event`` (a change its table forbids is a bug: LifecycleError),
+        and journal it."""
+        n.state = step(GRAPH_NODE, n.state, event, f"graph {g.id}'s node {n.name!r}")
         self._touch(g, n)
+
+    def _mark(self, g: Graph, n: GNode, state: NodeState, error: dict[str, Any] | None,
+              notify: bool) -> None:
+        n.error = error
+        self._move(g, n, _ENDS[state])
+        g.open -= 1
         if notify:
             body: dict[str, Any] = {"graph": g.id, "node": n.name, "state": state,
-                                    "task": task_id(g.id, n.name)}
+                                    "task": graph_node_id(g.id, n.name)}
             if error is not None:
                 body["error"] = error
             self.notify(g.client, p.Message("graph.node", body))
@@ -381,7 +391,7 @@ class GraphBook:
             if n.state == PENDING:
                 self._end(g, n, CANCELLED, err)
             elif n.state == RUNNING:
-                self.scheduler.cancel(task_id(g.id, n.name), now)  # -> on_final
+                self.scheduler.cancel(graph_node_id(g.id, n.name), now)  # -> on_final
 
     def spawn(self, g: Graph, parent: str, nodes: list[Any], now: float) -> list[str]:
         """Add nodes spawned by the running node ``parent``. GraphError, nothing changed,
@@ -439,7 +449,18 @@ class GraphBook:
             return self.done.get(gid)
         return {**g.summary(), "node_states": self.node_states(g)}
 
-    def client_moved(self, old: bytes, new: bytes) -> None:
+    def client_moved(self, g: Graph, new: bytes) -> None:
+        """The graph's client is on a new connection now (it sent the graph again): the
+        graph's news and its nodes' results go there."""
+        g.client = new
+        sched = self.scheduler
+        prefix = graph_node_id(g.id, "")
+        for t in list(sched.tasks.values()):
+            if t.id.startswith(prefix):
+                sched.follow(t, new)
+
+    def peer_moved(self, old: bytes, new: bytes) -> None:
+        """A client reconnected on a new connection: its graphs' news follow it."""
         for g in self.graphs.values():
             if g.client == old:
                 g.client = new
@@ -474,7 +495,8 @@ class GraphBook:
                                                    "max_attempts", "wait", "retry_on")
                                  if k in d})
                 n = GNode(spec, nr["seq"], nr.get("parent"), journaled=True,
-                          state=nr["state"], result=nr.get("result"), error=nr.get("error"))
+                          state=NodeState(nr["state"]), result=nr.get("result"),
+                          error=nr.get("error"))
                 g.nodes[spec.name] = n
                 if n.parent is not None and n.parent in g.nodes:
                     g.nodes[n.parent].children.append(spec.name)
@@ -494,10 +516,11 @@ class GraphBook:
                 if g.id not in self.graphs:
                     break
                 if n.state == RUNNING:
-                    tid = task_id(g.id, n.name)
+                    tid = graph_node_id(g.id, n.name)
                     t = self.scheduler.find_live(tid) or (self._finals or {}).get(tid)
                     if t is None:
-                        n.state = PENDING  # its task never reached the journal: run it
+                        # Its task never reached the journal: run it.
+                        self._move(g, n, NodeEvent.RESTART)
                         self._start(g, n, now)
                     elif t.final is not None:
                         self.on_final(t)

@@ -22,7 +22,6 @@ from meshant.core.tasks.model import retry_on_problem
 from meshant.protocol.codes import Code
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}\Z")
-NODE_PREFIX = "tg:"  # a graph node's task id is "tg:<graph id>/<node name>" (IACP 1.1)
 OPTIONS = ("priority", "timeout", "labels", "to", "max_attempts", "wait", "retry_on")
 _KEYS = frozenset(("name", "capability", "payload", "after", "after_spawned", *OPTIONS))
 _REFS = ("$result", "$results", "$spawned")
@@ -54,18 +53,6 @@ class NodeSpec:
         return {"name": self.name, "capability": self.capability, "payload": self.payload,
                 "after": list(self.after), "after_spawned": list(self.after_spawned),
                 **self.options}
-
-
-def task_id(graph: str, node: str) -> str:
-    return f"{NODE_PREFIX}{graph}/{node}"
-
-
-def split_task_id(tid: str) -> tuple[str, str] | None:
-    """(graph id, node name) of a graph node's task id, else None."""
-    if not tid.startswith(NODE_PREFIX):
-        return None
-    graph, sep, node = tid[len(NODE_PREFIX):].rpartition("/")
-    return (graph, node) if sep else None
 
 
 def normalize(doc: Any) -> list[dict[str, Any]]:
@@ -255,6 +242,5 @@ def check_graph(nodes: list[Any], max_nodes: int,
     return specs
 
 
-__all__ = ["NODE_PREFIX", "GraphError", "NodeSpec", "check_graph", "find_cycle",
-           "normalize", "parse_node", "references", "split_task_id", "substitute",
-           "task_id"]
+__all__ = ["GraphError", "NodeSpec", "check_graph", "find_cycle",
+           "normalize", "parse_node", "references", "substitute"]

@@ -36,7 +36,11 @@ class LeaseHold:
         self.valid_until = 0.0
 
     def won(self, term: int, sent: float) -> None:
-        """The database gave us the lease at ``term``; the request left at ``sent``."""
+        """The database gave us the lease at ``term``; the request left at ``sent``. A
+        grant older than the term held is stale (its answer came late) and changes
+        nothing: a term never goes back."""
+        if term < self.term:
+            return
         self.term = term
         self.role = LEADER
         self.valid_until = sent + self.lease - self.margin

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshant.core.lifecycle import PEER, PeerEvent, PeerState, step
 from meshant.core.nodes.heartbeat import HeartbeatMonitor
 
 # Clients run no tasks, so nothing waits on their liveness: a silent one keeps its
@@ -16,9 +17,9 @@ from meshant.core.nodes.heartbeat import HeartbeatMonitor
 # though its name may be taken over after one timeout.
 CLIENT_IDLE_FACTOR = 60
 
-ACTIVE = "active"
-DRAINING = "draining"
-OFFLINE = "offline"
+ACTIVE = PeerState.ACTIVE
+DRAINING = PeerState.DRAINING
+OFFLINE = PeerState.OFFLINE
 
 
 @dataclass(slots=True, eq=False)
@@ -38,7 +39,7 @@ class Node:
     features: frozenset[str] = frozenset()
     joined: float = 0.0
     last_seen: float = 0.0
-    state: str = ACTIVE
+    state: PeerState = ACTIVE  # changed by the registry only, by its table (PEER)
     # Slots taken: kept by the scheduler, which owns what runs where (the attempts).
     busy: int = 0
     # Assign ids this forager said (in its hello) it still runs or holds a result of,
@@ -152,8 +153,16 @@ class Registry:
                 if not names:
                     del self.by_tool[t]
 
+    def _move(self, node: Node, event: PeerEvent) -> None:
+        node.state = step(PEER, node.state, event, f"{node.role} {node.name!r}")
+
+    def drain(self, node: Node) -> None:
+        """The node drains: it finishes what it runs and is given nothing new."""
+        self._move(node, PeerEvent.DRAIN)
+
     def remove(self, node: Node, now: float) -> None:
-        node.state = OFFLINE
+        if node.state is not OFFLINE:
+            self._move(node, PeerEvent.LEAVE)
         self._unlink(node)
         self.gone.append(node.record(now))
 

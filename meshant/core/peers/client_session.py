@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.peers.link import FLUSH_MAX, Item
 from meshant.core.policy import Backoff
+from meshant.core.tasks.model import is_graph_node
 from meshant.protocol.codes import Code
-
-Item = p.Message | list[bytes]  # a message, or frames already encoded (a submission)
 
 # Re-sending refused submissions: the first retry after about 50 ms, doubling to 2 s,
 # when the queen names no retry_after.
@@ -66,7 +66,74 @@ class GiveUp:
     away: float
 
 
-Action = Update | Ended | GiveUp
+@dataclass(slots=True)
+class Submitted:
+    """The queen acknowledged the submission of ``task_id`` (it asked for ``ack``)."""
+
+    task_id: str
+
+
+@dataclass(slots=True)
+class Reply:
+    """The queen's answer (``kind``, ``body``) to the request ``ref``."""
+
+    ref: str
+    kind: str
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class RequestFailed:
+    """The queen refused the request ``ref`` (``error``: the error's body)."""
+
+    ref: str
+    error: dict[str, Any]
+
+
+@dataclass(slots=True)
+class GraphEvent:
+    """A graph's news: ``graph.submitted``, ``graph.node`` or its end ``graph.result``
+    (once), or ``error`` (the queen refused the graph ``msg.ref``)."""
+
+    kind: str
+    msg: p.Message
+
+
+@dataclass(slots=True)
+class NodeUpdate:
+    """An update (``kind``) of a graph node's task, for the graph's handle."""
+
+    kind: str
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Followed:
+    """A ``task.update`` of a task an attachment follows."""
+
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Delivered:
+    """A directed message, note or receipt for this client."""
+
+    msg: p.Message
+
+
+@dataclass(slots=True)
+class Refusal:
+    """An error about nothing this client waits on (a drain refused, say): the caller
+    may tell it."""
+
+    msg: p.Message
+
+
+Action = (Update | Ended | GiveUp | Submitted | Reply | RequestFailed | GraphEvent | NodeUpdate
+          | Followed | Delivered | Refusal)
+_REPLIES = frozenset({"task.state", "status.reply", "tool.reply", "dlq.reply", "task.answered",
+                      "task.attached", "inbox.reply", "graph.state"})
+_TASK_UPDATES = frozenset({"task.result", "task.progress", "task.ask"})
 
 
 @dataclass(slots=True)
@@ -81,7 +148,11 @@ class Pending:
 
 
 class ClientSession:
-    """One client's submissions and its messages to the queen."""
+    """One client's submissions and its messages to the queen (the role a
+    :class:`~meshant.core.peers.link.PeerLink` drives)."""
+
+    role = "client"
+    beat_now = False
 
     def __init__(self, *, queen_wait: float = 30.0, submit_timeout: float = 60.0,
                  retry_queue_full: bool = False, rng: random.Random | None = None) -> None:
@@ -103,6 +174,93 @@ class ClientSession:
     def take(self) -> list[Action]:
         out, self.out = self.out, []
         return out
+
+    # -- the link's side ------------------------------------------------------------------
+
+    def hello_fields(self) -> dict[str, Any]:
+        return {}
+
+    def hb_body(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.outbox)
+
+    def negotiated(self, features: frozenset[str], max_message: int) -> None:
+        pass
+
+    def sent(self, item: Item, now: float) -> None:
+        pass
+
+    def unencodable(self, item: Item, code: str, message: str) -> str | None:
+        if isinstance(item, p.Message) and self.requests.pop(item.id, None) is not None:
+            # A request cannot go: its caller hears why now, not after its timeout.
+            self.out.append(RequestFailed(item.id, {"code": code, "message": message}))
+            return None
+        kind = item.kind if isinstance(item, p.Message) else "message"
+        return f"cannot send a {kind} message: {message}"
+
+    def on_welcome(self, first: bool, welcome: dict[str, Any]) -> None:
+        self.welcomed(first)
+
+    def on_lost(self, now: float, why: str) -> None:
+        self.lost(now, why)
+
+    def on_forgotten(self, ref: str | None) -> None:
+        self.forgotten(ref)
+
+    def on_message(self, msg: p.Message, now: float) -> str | None:
+        """A message from the queen for this client: what it means becomes actions."""
+        kind, b = msg.kind, msg.b
+        if kind in _TASK_UPDATES:
+            self._task_message(kind, b)
+        elif kind == "task.batch":
+            for item in b["results"]:
+                if isinstance(item, dict):
+                    k = item.pop("kind", "task.result")
+                    if k == "task.result" or k == "task.progress":
+                        self._task_message(k, item)
+        elif kind in _REPLIES:
+            self.answered(msg.ref or "")
+            self.out.append(Reply(msg.ref or "", kind, b))
+        elif kind == "task.update":
+            self.out.append(Followed(b))
+        elif kind == "task.submitted":
+            self.out.append(Submitted(b["task"]))
+        elif kind in ("graph.submitted", "graph.node"):
+            self.out.append(GraphEvent(kind, msg))
+        elif kind == "graph.result":
+            if self.graph_ended(b["graph"]):
+                self.out.append(GraphEvent(kind, msg))
+        elif kind in ("msg", "note", "msg.receipt"):
+            self.out.append(Delivered(msg))
+        return None
+
+    def _task_message(self, kind: str, b: dict[str, Any]) -> None:
+        if not self.update(kind, b) and is_graph_node(str(b.get("task", ""))):
+            self.out.append(NodeUpdate(kind, b))
+
+    def on_error(self, msg: p.Message, now: float) -> str | None:
+        """An ``error`` from the queen: a pending task's refusal (sent again later, or
+        :class:`Ended`), a graph's or a request's, or nobody's (:class:`Refusal`, and a
+        line to log)."""
+        ref = msg.ref
+        about = self.error(ref, dict(msg.b), now)
+        if about == "request":
+            assert ref is not None
+            self.requests.pop(ref, None)
+            self.out.append(RequestFailed(ref, msg.b))
+        elif about == "graph":
+            self.out.append(GraphEvent("error", msg))
+        elif about is None:
+            self.out.append(Refusal(msg))
+            return f"queen says {msg.b['code']}: {msg.b['message']}"
+        return None
 
     # -- from the caller ------------------------------------------------------------------
 
@@ -234,19 +392,23 @@ class ClientSession:
             self._lost_at = now
             self._lost_why = why
 
-    def flush(self, now: float) -> list[Item]:
-        """What to send now (nothing while the queen asked us to slow down)."""
+    def flush(self, now: float, limit: int = FLUSH_MAX) -> list[Item]:
+        """What to send now, at most ``limit`` items (nothing while the queen asked us
+        to slow down)."""
         if self._hold_until and now < self._hold_until:
             return []
-        out = list(self.outbox)
-        self.outbox.clear()
-        return out
+        outbox = self.outbox
+        if len(outbox) <= limit:
+            out = list(outbox)
+            outbox.clear()
+            return out
+        return [outbox.popleft() for _ in range(limit)]
 
     def unsent(self, items: list[Item]) -> None:
         """The connection could not take these (from ``flush``): first next time."""
         self.outbox.extendleft(reversed(items))
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, patience: float = 0.0, welcomed: bool = True) -> None:
         retry = self._retry
         if retry and retry[0][0] <= now:
             while retry and retry[0][0] <= now:
@@ -275,4 +437,6 @@ class ClientSession:
         return t
 
 
-__all__ = ["Action", "ClientSession", "Ended", "GiveUp", "Item", "Pending", "Update"]
+__all__ = ["Action", "ClientSession", "Delivered", "Ended", "Followed", "GiveUp", "GraphEvent",
+           "Item", "NodeUpdate", "Pending", "Refusal", "Reply", "RequestFailed", "Submitted",
+           "Update"]

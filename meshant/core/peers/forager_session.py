@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.peers.link import FLUSH_MAX, Item
 from meshant.protocol.codes import Code
 
 ACCEPT_DELAY = 0.002  # seconds: a task that ends sooner sends only its result
@@ -40,10 +41,9 @@ ORPHANS_MAX = 10_000
 UPDATES_KEPT = 1000
 UPDATES_KEPT_BYTES = 1 << 20
 _NUMBERED = frozenset({"task.progress", "task.result"})
-# Messages taken from the outbox per flush (see ``flush``), and about how many bytes of
-# values one task.batch carries at most (less under a small --max-message: see
-# ``batch_bytes``); a batch that cannot be sent all the same goes again one by one.
-FLUSH_MAX = 512
+# About how many bytes of values one task.batch carries at most (less under a small
+# --max-message: see ``negotiated``); a batch that cannot be sent all the same goes
+# again one by one.
 BATCH_BYTES = 256 * 1024
 
 
@@ -96,7 +96,14 @@ class Reply:
     error: dict[str, Any] | None = None
 
 
-Action = Start | Stop | Answered | Leave | Reply
+@dataclass(slots=True)
+class Delivered:
+    """A directed message (``msg`` or ``note``) for this forager's callbacks."""
+
+    msg: p.Message
+
+
+Action = Start | Stop | Answered | Leave | Reply | Delivered
 
 
 @dataclass(slots=True)
@@ -130,7 +137,10 @@ def _unbatched(item: dict[str, Any]) -> p.Message:
 
 
 class ForagerSession:
-    """One forager's tasks and its messages to the queen."""
+    """One forager's tasks and its messages to the queen (the role a
+    :class:`~meshant.core.peers.link.PeerLink` drives)."""
+
+    role = "forager"
 
     def __init__(self, tools: list[str], slots: int, labels: dict[str, Any] | None = None,
                  *, accept_delay: float = ACCEPT_DELAY,
@@ -149,6 +159,7 @@ class ForagerSession:
         self.running: dict[str, Run] = {}
         self.draining = False
         self.out: list[Action] = []
+        self.beat_now = False  # a drain began: the queen hears it with a heartbeat at once
         # How many of the outbox's first messages go one by one (from a batch that could
         # not be sent), and the bytes of values a batch may carry (see ``flush``).
         self._singles = 0
@@ -198,6 +209,52 @@ class ForagerSession:
     def busy(self) -> bool:
         """Tasks run: the heartbeat, which renews their leases, goes every interval."""
         return bool(self.running)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.outbox)
+
+    def negotiated(self, features: frozenset[str], max_message: int) -> None:
+        self.features = features
+        self.batch_bytes = min(BATCH_BYTES, max_message // 2)
+
+    # -- the link's events ----------------------------------------------------------------
+
+    def on_message(self, msg: p.Message, now: float) -> str | None:
+        """A message from the queen for this forager; returns a line to log, if any."""
+        kind, b = msg.kind, msg.b
+        if kind == "task.assign":
+            self.assign(msg.id, b, msg.extra.get("traceparent") if msg.extra else None, now)
+        elif kind == "task.assigns":
+            bad = self.assigns(b["assigns"], now)
+            if bad:
+                return f"malformed entries in task.assigns: {', '.join(bad)}"
+        elif kind == "task.cancel":
+            self.cancel(msg.ref)
+        elif kind == "task.answer":
+            self.answer(msg.ref, b.get("request"), b.get("value"))
+        elif kind == "graph.spawned":
+            self.reply(msg.ref, b)
+        elif kind == "ctl.drain":
+            if self.drain():
+                self.beat_now = True  # tell the queen now, so it assigns nothing more
+        elif kind == "ctl.halt":
+            self.out.append(Leave())
+        elif kind in ("msg", "note"):
+            self.out.append(Delivered(msg))
+        return None
+
+    def on_error(self, msg: p.Message, now: float) -> str | None:
+        return self.error(msg.ref, msg.b)
+
+    def on_welcome(self, first: bool, welcome: dict[str, Any]) -> None:
+        self.welcomed(first, welcome.get("updates"))
+
+    def on_lost(self, now: float, why: str) -> None:
+        self.queen_lost()
+
+    def on_forgotten(self, ref: str | None) -> None:
+        pass  # (what it sent goes again after the welcome: results, questions, updates)
 
     # -- from the queen -------------------------------------------------------------------
 
@@ -291,9 +348,11 @@ class ForagerSession:
 
     # -- from the handlers ----------------------------------------------------------------
 
-    def send(self, msg: p.Message) -> None:
+    def send(self, msg: Item) -> None:
         """A message a handler sends while it runs (progress, a partial result, a
         question, a spawn): to the queen in the order made."""
+        if isinstance(msg, list):
+            raise TypeError("a forager sends messages, not encoded frames")
         if msg.kind == "task.ask":
             run = self.running.get(msg.ref or "")
             if run is not None:
@@ -381,7 +440,7 @@ class ForagerSession:
         self._sent.clear()
         self.outbox.extendleft(reversed(again))
 
-    def flush(self, now: float, limit: int = FLUSH_MAX) -> list[p.Message]:
+    def flush(self, now: float, limit: int = FLUSH_MAX) -> list[Item]:
         """What to send now, in order, at most ``limit`` messages of the outbox: a
         handler streaming faster than the connection takes leaves a backlog, and a full
         pipe then costs one slice put back, not the whole backlog walked every turn.
@@ -390,7 +449,7 @@ class ForagerSession:
         outbox = self.outbox
         if not outbox:
             return []
-        take = [outbox.popleft() for _ in range(min(limit, len(outbox)))]
+        take: list[p.Message] = [outbox.popleft() for _ in range(min(limit, len(outbox)))]
         singles = min(self._singles, len(take))
         self._singles -= singles
         accepts = self._accepts
@@ -400,11 +459,11 @@ class ForagerSession:
                 if msg.ref in accepts:
                     del accepts[msg.ref]
         if "batch" not in self.features or len(take) - singles <= 1:
-            return take
+            return list(take)
         # With batch.progress, progress reports join the run too (an item with "kind").
         progress = "batch.progress" in self.features
         budget = self.batch_bytes
-        out: list[p.Message] = take[:singles]  # (from a batch that could not be sent)
+        out: list[Item] = list(take[:singles])  # (from a batch that could not be sent)
         results: list[dict[str, Any]] = []
         size = 0
         for msg in take[singles:]:
@@ -435,8 +494,10 @@ class ForagerSession:
             return _unbatched(results[0])
         return p.Message("task.batch", {"results": results}, to="queen")
 
-    def sent(self, msg: p.Message, now: float) -> None:
+    def sent(self, msg: Item, now: float) -> None:
         """``msg`` (from ``flush``) left: a final result is kept for re-sending."""
+        if isinstance(msg, list):
+            return
         if msg.kind == "task.batch":
             # Partial results are kept per run (numbered), not as results to re-send.
             self._sent.extend((now, r) for r in msg.b["results"]
@@ -444,20 +505,24 @@ class ForagerSession:
         elif msg.kind == "task.result" and not msg.b.get("partial"):
             self._sent.append((now, msg))
 
-    def unsent(self, msgs: list[p.Message]) -> None:
+    def unsent(self, msgs: list[Item]) -> None:
         """The connection could not take these (from ``flush``): they go first next time."""
         for msg in reversed(msgs):
+            if isinstance(msg, list):
+                continue  # (a forager sends messages only)
             if msg.kind == "task.batch":
                 for r in reversed(msg.b["results"]):
                     self.outbox.appendleft(_unbatched(r))
             else:
                 self.outbox.appendleft(msg)
 
-    def unencodable(self, msg: p.Message, code: str, message: str) -> str | None:
+    def unencodable(self, msg: Item, code: str, message: str) -> str | None:
         """``msg`` cannot be sent (msgpack cannot carry it, or it is over the queen's
         limit). A final result becomes a failed one (for good when too large: a retry
         cannot make it smaller); a batch is split; anything else is dropped. Returns a
         line to log, if any."""
+        if isinstance(msg, list):
+            return None
         if msg.kind == "task.batch":
             # Its items go again one by one (batched again, they would fail again): each
             # that cannot go alone is then dropped or failed as below.
@@ -518,5 +583,5 @@ class ForagerSession:
         return min(self._accepts.values()) if self._accepts else float("inf")
 
 
-__all__ = ["ACCEPT_DELAY", "Action", "Answered", "ForagerSession", "Leave", "Reply", "Run",
-           "Start", "Stop"]
+__all__ = ["ACCEPT_DELAY", "BATCH_BYTES", "Action", "Answered", "Delivered", "ForagerSession",
+           "Leave", "Reply", "Run", "Start", "Stop"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from meshant import protocol as p
 from meshant.core.graphs.book import GraphBook
-from meshant.core.nodes.registry import ACTIVE, DRAINING, Node, Registry
+from meshant.core.nodes.registry import ACTIVE, Node, Registry
 from meshant.core.queen.state import HELLO_RATE, LEGACY_HB_INTERVAL, Arrival, QueenState, Request
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codec import JSON
@@ -97,7 +97,7 @@ class AdmissionService:
             marks = {r: att.n for r, att in mine.items() if r in running}
         elif previous is not None and previous.identity != identity:
             sched.client_moved(previous.identity, identity)
-            self.graphs.client_moved(previous.identity, identity)
+            self.graphs.peer_moved(previous.identity, identity)
         welcome = decision.body(st.terms)
         if marks and new.codec != JSON:  # (an IACP 1.1 forager numbers nothing)
             welcome["updates"] = marks
@@ -120,7 +120,7 @@ class AdmissionService:
     def hb(self, req: Request) -> None:
         node, body, now = req.node, req.msg.b, req.now
         if body.get("state") == "draining" and node.state == ACTIVE:
-            node.state = DRAINING
+            self.registry.drain(node)
         if body.get("state") == "leaving":
             self.registry.remove(node, now)
             if node.role == "forager":

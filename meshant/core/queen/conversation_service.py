@@ -26,10 +26,10 @@ from meshant.core.conversations.model import (
 from meshant.core.journal.archive import Restored
 from meshant.core.nodes.registry import Node
 from meshant.core.queen.outbox import Remember
-from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
 from meshant.core.queen.task_service import TaskService
-from meshant.core.tasks.model import ACCEPTED, ASSIGNED, INPUT_REQUIRED, Task
+from meshant.core.tasks.model import Task
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.core.tasks.work import Deliver, Work
 from meshant.protocol.codec import BINARY
@@ -130,18 +130,12 @@ class ConversationService:
                       f"bytes, over {limit:,} (--mem-max-value): send large data as the "
                       "task's result")
             return
-        att.lease = now + sched.assign_timeout
         q = Question(task=task.id, request=request, attempt=att.id, prompt=b.get("prompt"),
                      data=b.get("data"), asked=st.wall(now))
         self.questions.add(q)
         self._remember(questions=[q.row()])
-        if task.state == ASSIGNED:
-            sched.move(task, ACCEPTED, now, f"{node.name} (implied)")
         prompt = q.prompt if isinstance(q.prompt, str) else "(input)"
-        if task.state == INPUT_REQUIRED:
-            sched.note(task, now, "ask", f"{request}: {prompt[:PROMPT_NOTE]}")
-        else:
-            sched.move(task, INPUT_REQUIRED, now, f"{request}: {prompt[:PROMPT_NOTE]}")
+        sched.asked(att, now, f"{request}: {prompt[:PROMPT_NOTE]}")
         body = {"request": request, "prompt": q.prompt}
         if q.data is not None:
             body["data"] = q.data
@@ -155,8 +149,8 @@ class ConversationService:
         return [q for q in self.questions.pending(task.id) if q.attempt == current]
 
     def _resume(self, task: Task, now: float) -> None:
-        if task.state == INPUT_REQUIRED and not self._waiting(task):
-            self.scheduler.move(task, ACCEPTED, now, "input received")
+        if not self._waiting(task):
+            self.scheduler.input_received(task, now)
 
     @staticmethod
     def _answer_msg(task: Task, q: Question, ref: str) -> p.Message:
@@ -170,8 +164,6 @@ class ConversationService:
         task = self.scheduler.tasks.get(task_id)
         if task is None:
             done = self.tasks.find(req, task_id)
-            if done is MISSING:
-                return
             st.refuse(req, Code.UNKNOWN_TASK, f"task {task_id!r} has finished: it takes no "
                       "answers" if done is not None else f"no task {task_id!r}")
             return
@@ -212,12 +204,30 @@ class ConversationService:
 
     # -- attachable streams ---------------------------------------------------------------
 
+    def needs_answer(self, req: Request) -> list[ReadKey]:
+        """An answer to a task no longer running: whether it ever was (what to say)."""
+        if req.msg.b["task"] in self.scheduler.tasks:
+            return []
+        return self.tasks.needs_task(req)
+
+    def needs_attach(self, req: Request) -> list[ReadKey]:
+        """The task attached to (from the journal, if finished and gone from memory),
+        then its updates after the cursor, if the journal has more than memory."""
+        wanted = self.tasks.needs_task(req)
+        if wanted and (req.fetched is None or wanted[0] not in req.fetched):
+            return wanted
+        task = self.tasks.find(req, req.msg.b["task"])
+        after = req.msg.b.get("after", 0)
+        if task is not None and after >= 0:
+            read = self._updates_read(task, after)
+            if read is not None:
+                wanted.append(read)
+        return wanted
+
     def attach(self, req: Request) -> None:
         st, node = self.state, req.node
         b = req.msg.b
         task = self.tasks.find(req, b["task"])
-        if task is MISSING:
-            return
         if task is None:
             st.refuse(req, Code.UNKNOWN_TASK, f"no task {b['task']!r}")
             return
@@ -231,8 +241,6 @@ class ConversationService:
             items = self._updates_since(req, task, after)
         except CursorExpired as e:
             st.refuse(req, Code.CURSOR_EXPIRED, str(e), cursor=e.cursor)
-            return
-        if items is MISSING:
             return
         final = task.final
         if final is None and self._n_attached >= MAX_ATTACHED:
@@ -262,14 +270,20 @@ class ConversationService:
         return p.Message("task.update", {"task": task_id, "seq": seq, "kind": kind,
                                          "body": body}, ref=task_id)
 
+    def _updates_read(self, task: Task, after: int) -> ReadKey | None:
+        """The read of a task's journaled updates, when memory may not hold all those
+        after ``after`` (taken back from the journal, or its log evicted)."""
+        log = self.update_logs.logs.get(task.id)
+        if self.journaled and (log is None or (log.behind and after < log.dropped)):
+            return ("updates", task.id)
+        return None
+
     def _updates_since(self, req: Request, task: Task,
                        after: int) -> list[tuple[int, str, dict[str, Any]]]:
         logs = self.update_logs
-        log = logs.logs.get(task.id)
-        if self.journaled and (log is None or (log.behind and after < log.dropped)):
-            rows = self.reads.get(req, "updates", task.id)
-            if rows is MISSING:
-                return MISSING  # type: ignore[no-any-return]
+        read = self._updates_read(task, after)
+        if read is not None:
+            rows = self.reads.value(req, *read)
             log = logs.logs.get(task.id)
             if rows and (log is None or log.behind):
                 logs.load(task.id, rows, dropped=rows[0][0] - 1)

@@ -14,6 +14,7 @@ from typing import Any
 from meshant import protocol as p
 from meshant.core.nodes.registry import Node
 from meshant.core.queen.state import QueenState
+from meshant.core.tasks.model import is_graph_node
 from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.protocol.codec import BINARY, JSON
 
@@ -35,8 +36,8 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                     left = task.deadline - mono
                     body["timeout"] = left
                     body["deadline"] = wall + left
-                if node.codec == JSON or task.id[:3] == "tg:":
-                    body["node"] = task.id  # a graph node's: "tg:<graph>/<node>"
+                if node.codec == JSON or is_graph_node(task.id):
+                    body["node"] = task.id  # (a graph node's task: the spec's §7d)
                 tp = traces.get(task.id) if traces else None
                 if "batch" in node.features:
                     body["id"] = att.id

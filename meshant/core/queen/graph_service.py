@@ -11,11 +11,12 @@ from typing import Any
 
 from meshant import protocol as p
 from meshant.core.graphs.book import Graph, GraphBook
-from meshant.core.graphs.model import GraphError, split_task_id
+from meshant.core.graphs.model import GraphError
 from meshant.core.journal.archive import ArchiveIndex
-from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
-from meshant.core.tasks.scheduler import QueueFull, Scheduler
+from meshant.core.tasks.model import graph_node_id, graph_node_of
+from meshant.core.tasks.scheduler import QueueFull, Scheduler, Verdict
 from meshant.protocol.codes import Code
 
 
@@ -30,13 +31,28 @@ class GraphService:
         self.index = index
         self.reads = reads
 
+    def _graph_read(self, gid: str) -> ReadKey | None:
+        """The read that finds graph ``gid`` in the journal (None: memory has it, or the
+        journal surely has not)."""
+        book = self.book
+        if (gid in book.graphs or gid in book.done or self.index is None
+                or not self.index.maybe("g", gid)):
+            return None
+        return ("graph", gid)
+
+    def needs_graph(self, req: Request) -> list[ReadKey]:
+        """A graph submitted (its id may be one that ended before a restart) or asked
+        about: the journal's row of it, if memory lacks it."""
+        read = self._graph_read(req.msg.id if req.msg.kind == "graph.submit"
+                                else req.msg.b["graph"])
+        return [read] if read is not None else []
+
     def _ended(self, req: Request, gid: str) -> dict[str, Any] | None:
-        """A graph that ended (in memory, else from the journal); MISSING: parked."""
-        done = self.book.done.get(gid)
-        if done is not None or self.index is None or not self.index.maybe("g", gid):
-            return done
-        row = self.reads.get(req, "graph", gid)
-        summary: dict[str, Any] | None = row  # (or MISSING)
+        """A graph that ended (in memory, else from the journal)."""
+        read = self._graph_read(gid)
+        if read is None:
+            return self.book.done.get(gid)
+        summary: dict[str, Any] | None = self.reads.value(req, *read)
         return summary
 
     def submit(self, req: Request) -> None:
@@ -46,21 +62,18 @@ class GraphService:
         known = book.graphs.get(gid)
         if known is None and gid not in book.done:
             old = self._ended(req, gid)  # ended before a restart
-            if old is MISSING:
-                return
             if old is not None:
                 book.remember(gid, old)
         if known is not None or gid in book.done:
             self._again(req, known)
             return
-        if req.fetched is None:  # (a request handled again took its token already)
-            slow = st.rates.wait(req.identity, now, st.config.submit_rate)
-            if slow:
-                st.counters["rate_limited"] += 1
-                st.refuse(req, Code.RATE_LIMITED, "more than "
-                          f"{st.config.submit_rate:g} submissions per second from this "
-                          "peer: slow down", retry_after=round(slow, 4))
-                return
+        slow = st.rates.wait(req.identity, now, st.config.submit_rate)
+        if slow:
+            st.counters["rate_limited"] += 1
+            st.refuse(req, Code.RATE_LIMITED, "more than "
+                      f"{st.config.submit_rate:g} submissions per second from this "
+                      "peer: slow down", retry_after=round(slow, 4))
+            return
         if "/" in gid:
             st.refuse(req, Code.BAD_GRAPH, f"graph id {gid!r} cannot be used (no '/' in a "
                       "graph id)")
@@ -93,17 +106,13 @@ class GraphService:
         if g is None:
             st.send(node, p.Message("graph.result", book.result_of(msg.id), ref=msg.id))
             return
-        g.client = req.identity
-        prefix = f"tg:{g.id}/"
-        for t in self.scheduler.tasks.values():
-            if t.id.startswith(prefix):
-                t.client = req.identity  # also the tasks restored after a queen restart
+        book.client_moved(g, req.identity)  # its nodes' tasks too (restored ones among them)
         st.send(node, p.Message("graph.submitted", {"graph": g.id, "nodes": len(g.nodes)},
                                 ref=msg.id))
         for n in g.nodes.values():
             if n.state in ("completed", "failed", "cancelled"):
                 body: dict[str, Any] = {"graph": g.id, "node": n.name, "state": n.state,
-                                        "task": f"tg:{g.id}/{n.name}"}
+                                        "task": graph_node_id(g.id, n.name)}
                 if n.state == "completed":
                     body["result"] = n.result
                 elif n.error is not None:
@@ -115,8 +124,6 @@ class GraphService:
         st = self.book.status(gid)
         if st is None:
             st = self._ended(req, gid)
-            if st is MISSING:
-                return
         if st is None:
             self.state.refuse(req, Code.UNKNOWN_GRAPH, f"no graph {gid!r}")
             return
@@ -137,11 +144,13 @@ class GraphService:
     def spawn(self, req: Request) -> None:
         st, msg, now = self.state, req.msg, req.now
         verdict, att = self.scheduler.lookup(req.node, msg.ref)
-        where = split_task_id(att.task.id) if att is not None else None
-        if verdict != "ok" or att is None or where is None:
-            why = ("only a graph node's current attempt may spawn nodes" if verdict == "ok"
-                   or verdict == "duplicate" else f"no assign {msg.ref!r} for this forager")
-            st.refuse(req, Code.NOT_YOURS if verdict == "foreign" else Code.UNKNOWN_TASK, why)
+        where = graph_node_of(att.task.id) if att is not None else None
+        if verdict is not Verdict.OK or att is None or where is None:
+            why = ("only a graph node's current attempt may spawn nodes"
+                   if verdict in (Verdict.OK, Verdict.DUPLICATE)
+                   else f"no assign {msg.ref!r} for this forager")
+            st.refuse(req, Code.NOT_YOURS if verdict is Verdict.FOREIGN else Code.UNKNOWN_TASK,
+                      why)
             return
         g = self.book.graphs.get(where[0])
         if g is None or g.cancelled:

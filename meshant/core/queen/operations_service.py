@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.nodes.registry import DRAINING
+from meshant.core.nodes.registry import ACTIVE
 from meshant.core.queen.admission_service import AdmissionService
 from meshant.core.queen.conversation_service import ConversationService
 from meshant.core.queen.outbox import Publish
@@ -138,7 +138,8 @@ class OperationsService:
             assert target is not None
             st.send(target, p.Message(msg.kind, msg.body, frm=node.name))
             if msg.kind == "ctl.drain":
-                target.state = DRAINING  # assign nothing more to it, at once
+                if target.state == ACTIVE:
+                    st.registry.drain(target)  # assign nothing more to it, at once
             else:
                 self.admission.halt(target, req.now)
         st.counters[msg.kind.replace(".", "_")] += 1

@@ -1,6 +1,9 @@
-"""Requests that wait for the journal: a handler that needs a journal read parks its
-request; the read goes out as an effect (:class:`~meshant.core.queen.outbox.Read`); when its
-answer comes back the request is handled again, the answer in hand (``Request.fetched``).
+"""Requests that wait for the journal. A handler that needs a journal read declares it
+(a *needs* function beside the handler, pure: which reads, given what is in memory and
+what was fetched already); the router parks the request until every declared read is
+answered — each goes out as an effect (:class:`~meshant.core.queen.outbox.Read`) — and
+only then calls the handler, once, the answers in hand (``Request.fetched``, read with
+:meth:`Reads.value`). A handler never runs twice for one message.
 
 Order per peer holds: while one of a peer's requests waits, the peer's later messages
 wait behind it (a re-sent submission and the cancel that follows it stay in order).
@@ -24,12 +27,11 @@ PER_PEER = 1000  # messages of one peer waiting behind a read, at most
 _TOKENS = itertools.count(1)
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
+ReadKey = tuple[ReadWhat, str]
 
 
-MISSING: Any = _Missing()  # not known yet: the request was parked for a read
+class UndeclaredRead(RuntimeError):
+    """A handler read what its needs function did not declare: a bug."""
 
 
 @dataclass(slots=True)
@@ -51,14 +53,25 @@ class Reads:
         # Peers with a request parked: their later messages, (frames, key), in order.
         self.peers: dict[bytes, deque[tuple[list[bytes], bytes | None]]] = {}
 
-    def get(self, req: Request, what: ReadWhat, key: str) -> Any:
-        """The journal's answer for ``what``/``key`` if ``req`` carries it, else MISSING
-        (and ``req`` is parked until the answer comes: the handler returns)."""
+    @staticmethod
+    def value(req: Request, what: ReadWhat, key: str) -> Any:
+        """The journal's answer for ``what``/``key``, which ``req`` carries (its handler's
+        needs declared the read). UndeclaredRead otherwise."""
         fetched = req.fetched
-        if fetched is not None and (what, key) in fetched:
-            return fetched[(what, key)]
-        self.park(req, what, key)
-        return MISSING
+        if fetched is None or (what, key) not in fetched:
+            raise UndeclaredRead(f"{req.msg.kind} read {what} {key!r} without declaring it")
+        return fetched[(what, key)]
+
+    def wait_for(self, req: Request, wanted: list[ReadKey]) -> bool:
+        """Park ``req`` on the first read of ``wanted`` it does not carry yet (True), or
+        say it carries them all (False: handle it now). Reads are asked one at a time:
+        a later one may depend on an earlier's answer (a key, then its task)."""
+        fetched = req.fetched
+        for what, key in wanted:
+            if fetched is None or (what, key) not in fetched:
+                self.park(req, what, key)
+                return True
+        return False
 
     def park(self, req: Request, what: ReadWhat, key: str) -> None:
         token = self._by_query.get((what, key))
@@ -83,8 +96,8 @@ class Reads:
         return True
 
     def answer(self, token: int, value: Any) -> list[Request]:
-        """The journal answered read ``token``: the requests to handle again, in order,
-        each carrying the answer."""
+        """The journal answered read ``token``: the requests that waited for it, in order,
+        each carrying the answer (the router checks their needs again)."""
         p = self._pending.pop(token, None)
         if p is None:
             return []
@@ -108,4 +121,4 @@ class Reads:
         return len(self._pending)
 
 
-__all__ = ["MISSING", "PER_PEER", "Reads"]
+__all__ = ["PER_PEER", "ReadKey", "Reads", "UndeclaredRead"]

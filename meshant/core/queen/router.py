@@ -48,7 +48,7 @@ from meshant.core.queen.outbox import (
     Remember,
     Send,
 )
-from meshant.core.queen.reads import Reads
+from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import Arrival, Grants, QueenConfig, QueenState, Request
 from meshant.core.queen.task_service import TaskService
 from meshant.core.tasks.scheduler import Scheduler
@@ -58,6 +58,7 @@ from meshant.protocol.topics import HB_TOPIC
 
 BeforeHello = Callable[[Arrival], None]
 AfterHello = Callable[[Request], None]
+Needs = Callable[[Request], list[ReadKey]]
 
 
 class QueenCore:
@@ -79,8 +80,10 @@ class QueenCore:
         sched = self.scheduler = Scheduler(
             self.registry, st.out.work, assign_timeout=c.assign_timeout, max_queue=c.max_queue,
             default_wait=c.no_forager_wait, backoff=backoff,
-            breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown)
-        self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to)
+            breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown,
+            counters=st.counters)
+        self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to,
+                                counters=st.counters)
         self.index = ArchiveIndex(restored.names) if restored is not None else None
         self.reads = Reads(st.out)
         # Tasks whose first journal write may wait for their end (core/journal/defer.py).
@@ -138,6 +141,18 @@ class QueenCore:
             "graph.cancel": g.cancel,
             "graph.spawn": g.spawn,
         }
+        # The handlers that may read the journal declare what, given the request, before
+        # they run (core/queen/reads.py): the request waits for the answers, then its
+        # handler runs once.
+        self._needs: dict[str, Needs] = {
+            "task.submit": t.needs_submit,
+            "task.status": t.needs_task,
+            "task.cancel": t.needs_cancel,
+            "task.answer": cv.needs_answer,
+            "task.attach": cv.needs_attach,
+            "graph.submit": g.needs_graph,
+            "graph.status": g.needs_graph,
+        }
 
     # -- what the driver and observers read -----------------------------------------------
 
@@ -171,19 +186,19 @@ class QueenCore:
 
     @property
     def standby(self) -> dict[str, Any] | None:
+        """What a standby tells every peer (None: this core leads)."""
         return self.state.standby
-
-    @standby.setter
-    def standby(self, value: dict[str, Any] | None) -> None:
-        self.state.standby = value
 
     @property
     def term(self) -> int:
         return self.state.term
 
-    @term.setter
-    def term(self, value: int) -> None:
-        self.state.term = value
+    def lead(self, term: int, standby: dict[str, Any] | None = None) -> None:
+        """The leadership this core serves: ``term`` (0: no shared journal), as the
+        leader, or as a standby answering every peer ``not-leader`` with ``standby``'s
+        fields (the leader's endpoint when known, the term, a message)."""
+        self.state.term = term
+        self.state.standby = standby
 
     @property
     def memory(self) -> MemoryStore:
@@ -228,10 +243,19 @@ class QueenCore:
                 self._release(req.identity, now)
             return
         for req in self.reads.answer(token, answer):
-            handler = self._after.get(req.msg.kind)
-            if handler is not None and self.registry.by_id.get(req.identity) is req.node:
-                handler(req)
+            if self.registry.by_id.get(req.identity) is req.node and self._dispatch(req):
+                continue  # (it waits for one more read: its peer stays held)
             self._release(req.identity, now)
+
+    def _dispatch(self, req: Request) -> bool:
+        """Handle a registered peer's request, once every read its handler declares is
+        answered; True if it was parked for one more (its handler has not run)."""
+        kind = req.msg.kind
+        needs = self._needs.get(kind)
+        if needs is not None and self.reads.wait_for(req, needs(req)):
+            return True
+        self._after[kind](req)
+        return False
 
     def _release(self, identity: bytes, now: float) -> None:
         reads = self.reads
@@ -348,7 +372,7 @@ class QueenCore:
             "queues": sched.depths(),
             "queued": sched.queued,
             "running": sum(f["in_flight"] for f in foragers),
-            "counters": {**sched.counters, **st.counters, **self.graphs.counters},
+            "counters": dict(st.counters),
             "role": "standby" if st.standby is not None else "leader",
             "term": st.term,
             "dead_letters": len(sched.dlq),
@@ -394,9 +418,8 @@ class QueenCore:
                             "'blobs' in its hello: send bytes inline, with no blob frames",
                             msg.id)
                 return
-            handler = self._after.get(msg.kind)
-            if handler is not None:
-                handler(Request(identity, node, msg, codec, key, now))
+            if msg.kind in self._after:
+                self._dispatch(Request(identity, node, msg, codec, key, now))
                 return
         else:
             before = self._before.get(msg.kind)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshant import protocol as p
+from meshant.core.counters import Counters
 from meshant.core.nodes.registry import Node, Registry
 from meshant.core.queen.outbox import Outbox, Send
 from meshant.core.rights import permits
@@ -173,11 +174,13 @@ class QueenState:
                                   hb_misses=c.hb_misses, assign_timeout=c.assign_timeout,
                                   queen=c.name, max_message=c.max_message,
                                   max_broadcast=c.max_broadcast)
-        self.counters: dict[str, int] = {"protocol_errors": 0, "messages": 0, "dropped_sends": 0,
-                                         "broadcasts": 0, "ctl_drain": 0, "ctl_halt": 0,
-                                         "refused_keys": 0, "rate_limited": 0,
-                                         "idempotent_hits": 0, "resubmitted": 0,
-                                         "unregistered": 0, "forbidden": 0}
+        # The colony's counters, one namespace: the scheduler and the graph book declare
+        # theirs in it too (core/counters.py), so no two parts share a name.
+        self.counters = Counters()
+        self.counters.declare("queen", "protocol_errors", "messages", "dropped_sends",
+                              "broadcasts", "ctl_drain", "ctl_halt", "refused_keys",
+                              "rate_limited", "idempotent_hits", "resubmitted",
+                              "unregistered", "forbidden", "internal_errors")
         self.rates = RateBuckets(4 * registry.max_peers)
         self.info = _Info()
         # A standby (another queen leads the shared journal): every message gets

@@ -4,8 +4,8 @@ cancels and status queries.
 
 A service of the queen core (:mod:`meshant.core.queen.router`) over the scheduler. Whether an
 id, a key or a finished task is in the journal is the archive index's to say, or a read's
-(:mod:`meshant.core.queen.reads`): a handler that needs one returns, and runs again with the
-answer.
+(:mod:`meshant.core.queen.reads`): a handler that may need one has a ``needs_*`` beside it
+that declares it, and runs once its answer is in.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 from meshant import protocol as p
 from meshant.core.journal.archive import ArchiveIndex
 from meshant.core.journal.defer import Deferral
-from meshant.core.queen.reads import MISSING, Reads
+from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
 from meshant.core.tasks.checks import progress_problem, result_problem
 from meshant.core.tasks.model import retry_on_problem
-from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, revive
+from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, Verdict, revive
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
@@ -43,28 +43,84 @@ class TaskService:
 
     # -- finding tasks --------------------------------------------------------------------
 
+    def task_read(self, task_id: str) -> ReadKey | None:
+        """The read that finds task ``task_id`` (None: memory has it, or the journal
+        surely has not)."""
+        if (self.scheduler.find_live(task_id) is not None or self.index is None
+                or not self.index.maybe("t", task_id)):
+            return None
+        return ("task", task_id)
+
+    def _key_read(self, key: str) -> ReadKey | None:
+        if key in self.scheduler.by_key or self.index is None or not self.index.maybe("k", key):
+            return None
+        return ("key", key)
+
     def find(self, req: Request, task_id: str) -> Task | None:
         """A task the scheduler holds, else a final one from the journal (a transient
-        copy: changing it changes nothing). MISSING: parked for a read."""
-        task = self.scheduler.find_live(task_id)
-        if task is not None or self.index is None or not self.index.maybe("t", task_id):
-            return task
-        row = self.reads.get(req, "task", task_id)
-        if row is MISSING:
-            return MISSING  # type: ignore[no-any-return]
+        copy: changing it changes nothing; ``task_read`` declared the read)."""
+        read = self.task_read(task_id)
+        if read is None:
+            return self.scheduler.find_live(task_id)
+        row = self.reads.value(req, *read)
         if row is None or row["final"] is None:
             return None
         return revive(row, self.scheduler.to_wall)
 
     def _find_key(self, req: Request, key: str) -> str | None:
-        """The id of the task submitted with idempotency key ``key`` (MISSING: parked)."""
-        task_id = self.scheduler.by_key.get(key)
-        if task_id is not None or self.index is None or not self.index.maybe("k", key):
-            return task_id
-        row = self.reads.get(req, "key", key)
-        if row is MISSING:
-            return MISSING  # type: ignore[no-any-return]
+        """The id of the task submitted with idempotency key ``key``."""
+        read = self._key_read(key)
+        if read is None:
+            return self.scheduler.by_key.get(key)
+        row = self.reads.value(req, *read)
         return row["id"] if row is not None else None
+
+    @staticmethod
+    def _answered(req: Request, read: ReadKey) -> bool:
+        return req.fetched is not None and read in req.fetched
+
+    def needs_submit(self, req: Request) -> list[ReadKey]:
+        """What a submission reads before it is decided: whether its id is a task the
+        journal holds (a re-sent submission), else, with a key, the task that key names."""
+        msg = req.msg
+        read = self.task_read(msg.id)
+        if read is not None:
+            if not self._answered(req, read):
+                return [read]
+            row = self.reads.value(req, *read)
+            if row is not None and row["final"] is not None:
+                return [read]  # the same task, finished: nothing more to read
+        key = msg.b.get("key")
+        if not isinstance(key, str) or not 0 < len(key) <= 200:
+            return [read] if read is not None else []
+        wanted = [read] if read is not None else []
+        kread = self._key_read(key)
+        if kread is not None:
+            wanted.append(kread)
+            if not self._answered(req, kread):
+                return wanted
+            row = self.reads.value(req, *kread)
+            first = row["id"] if row is not None else None
+        else:
+            first = self.scheduler.by_key.get(key)
+        tread = self.task_read(first) if first is not None else None
+        if tread is not None:
+            wanted.append(tread)
+        return wanted
+
+    def needs_task(self, req: Request) -> list[ReadKey]:
+        """The task a request names (``task``, else ``ref``): status, an attach."""
+        read = self.task_read(str(req.msg.b.get("task") or req.msg.ref))
+        return [read] if read is not None else []
+
+    def needs_cancel(self, req: Request) -> list[ReadKey]:
+        """A cancel waiting for its verdict of a task no longer running: its state."""
+        b = req.msg.b
+        task_id = b.get("task") or req.msg.ref
+        if b.get("ack") is not True or (isinstance(task_id, str)
+                                        and task_id in self.scheduler.tasks):
+            return []
+        return self.needs_task(req)
 
     def taken(self, task_id: str) -> bool:
         """Whether a task id may exist (in memory, or perhaps in the journal)."""
@@ -75,18 +131,15 @@ class TaskService:
 
     def submit(self, req: Request) -> None:
         st, msg, node, now = self.state, req.msg, req.node, req.now
-        if req.fetched is None:  # (a request handled again took its token already)
-            slow = st.rates.wait(req.identity, now, st.config.submit_rate)
-            if slow:
-                st.counters["rate_limited"] += 1
-                st.refuse(req, Code.RATE_LIMITED,
-                          f"more than {st.config.submit_rate:g} submissions per second from "
-                          "this peer: slow down", retry_after=round(slow, 4))
-                return
+        slow = st.rates.wait(req.identity, now, st.config.submit_rate)
+        if slow:
+            st.counters["rate_limited"] += 1
+            st.refuse(req, Code.RATE_LIMITED,
+                      f"more than {st.config.submit_rate:g} submissions per second from "
+                      "this peer: slow down", retry_after=round(slow, 4))
+            return
         body = msg.b
         known = self.find(req, msg.id)
-        if known is MISSING:
-            return
         if known is not None:
             self._resubmitted(req, known)
             return
@@ -117,10 +170,8 @@ class TaskService:
                           "an idempotency key is a string of 1-200 characters")
                 return
             first = self._find_key(req, key)  # in memory, else in the journal
-            if first is MISSING:
+            if first is not None and self._attach(req, first):
                 return
-            if first is not None and self._attach(req, first) is not False:
-                return  # attached (True), or parked for a read (None)
         task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
                     client=req.identity, client_name=node.name, priority=priority,
                     timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
@@ -156,27 +207,21 @@ class TaskService:
                       "another client: task ids must be unique in the colony")
             return
         st.counters["resubmitted"] += 1
-        task.client = req.identity
+        self.scheduler.follow(task, req.identity)
         if task.final is not None:
             # After this turn's record: the task may have finished in this very turn.
             st.later(node, p.Message("task.result", task.final, ref=task.id))
         elif msg.b.get("ack"):
-            sched = self.scheduler
-            if task.logged == 0 and sched.track_changes:
-                # Still waiting for its first journal write (core/journal/defer.py): an
-                # acknowledgement promises durability, so the task is written this turn.
-                task.defer = False
-                sched.changed[task.id] = task
+            # Perhaps still waiting for its first journal write (core/journal/defer.py):
+            # an acknowledgement promises durability, so the task is written this turn.
+            self.scheduler.journal_now(task)
             st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
 
-    def _attach(self, req: Request, task_id: str) -> bool | None:
+    def _attach(self, req: Request, task_id: str) -> bool:
         """A submission repeating an idempotency key: attach it to the task it names (or
-        answer with its result) instead of running the work again. False: no such task;
-        None: parked for a read."""
+        answer with its result) instead of running the work again. False: no such task."""
         st, msg, node = self.state, req.msg, req.node
         task = self.find(req, task_id)
-        if task is MISSING:
-            return None
         if task is None:
             return False
         if task.final is not None:
@@ -197,11 +242,11 @@ class TaskService:
         None, and the forager is told (unless it is a duplicate: that is expected)."""
         st = self.state
         verdict, att = self.scheduler.lookup(req.node, ref)
-        if verdict == "ok":
+        if verdict is Verdict.OK:
             return att
-        if verdict == "duplicate":
+        if verdict is Verdict.DUPLICATE:
             return None
-        if verdict == "foreign":
+        if verdict is Verdict.FOREIGN:
             st.counters["protocol_errors"] += 1
             st.refuse(req, Code.NOT_YOURS, f"assign {ref!r} belongs to another forager")
         else:
@@ -260,12 +305,8 @@ class TaskService:
         stale = req.node.stale
         if stale and ref in stale:
             # An old run's answer (see Node.stale): dropped, as a duplicate.
-            if not body.get("partial"):
-                stale.discard(ref)
-                if not stale:
-                    req.node.stale = None
-                    self.scheduler.dirty = True
-                self.scheduler.counters["duplicates"] += 1
+            if not body.get("partial") and ref is not None:
+                self.scheduler.stale_final(req.node, ref)
             return
         att = self.attempt(req, ref)
         if att is not None:
@@ -278,11 +319,7 @@ class TaskService:
         att = sched.attempts.get(ref) if ref is not None else None
         if att is None or att.node.name != req.node.name or att.live:
             return
-        # A final answer for an abandoned attempt: count it unless it was an expected
-        # cancellation, and free the slot it was holding.
-        if att.task.state != "cancelled":
-            sched.counters["duplicates"] += 1
-        sched.release(att)
+        sched.late_final(att)  # a final answer for an abandoned attempt
 
     def batch(self, req: Request) -> None:
         st = self.state
@@ -337,7 +374,7 @@ class TaskService:
             return
         for ref in refs:
             verdict, att = self.scheduler.lookup(node, ref if isinstance(ref, str) else None)
-            if verdict == "ok" and att is not None:
+            if verdict is Verdict.OK and att is not None:
                 self.scheduler.too_large(att, f"the result from {node.name} is {size:,} bytes, "
                                          f"over the queen's limit of {limit:,} (--max-message)",
                                          now)
@@ -368,13 +405,12 @@ class TaskService:
         st, node, now = self.state, req.node, req.now
         task_id = str(req.msg.b.get("task") or req.msg.ref)
         task = self.find(req, task_id)
-        if task is MISSING:
-            return
         if task is None:
             st.refuse(req, Code.UNKNOWN_TASK, f"no task {task_id!r}")
             return
-        if task.client_name == node.name and task.client != req.identity:
-            task.client = req.identity  # its submitter reconnected: results go to the new link
+        if task.client_name == node.name and task.client != req.identity and task.final is None:
+            # Its submitter reconnected: results go to the new link.
+            self.scheduler.follow(task, req.identity)
         body: dict[str, Any] = {
             "task": task.id, "state": task.state, "attempt": task.attempt,
             "capability": task.capability, "priority": task.priority,

@@ -1,8 +1,9 @@
-"""The task model: a task, its attempts, and the lifecycle every task goes through.
+"""The task model: a task and its attempts.
 
-A task's state changes only along ``TRANSITIONS`` (the scheduler checks each change
-against it); ``FINAL`` states never change again. Why a task failed is a
-:class:`meshant.protocol.codes.Code` (its error's ``code``, and ``cause``).
+Their lifecycles are tables in :mod:`meshant.core.lifecycle` (``TASK``, ``ATTEMPT``);
+the scheduler is the only code that moves them (``FINAL`` states never change again).
+Why a task failed is a :class:`meshant.protocol.codes.Code` (its error's ``code``, and
+``cause``). A graph node's task has an id of its own shape (:func:`graph_node_id`).
 """
 
 from __future__ import annotations
@@ -11,26 +12,38 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshant.core.lifecycle import ATTEMPT_LIVE, TASK_FINAL, AttemptState, TaskState
 from meshant.core.nodes.registry import Node
 
-QUEUED = "queued"
-ASSIGNED = "assigned"
-ACCEPTED = "accepted"
-INPUT_REQUIRED = "input-required"  # running, its handler waits for an answer
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-FINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+QUEUED = TaskState.QUEUED
+ASSIGNED = TaskState.ASSIGNED
+ACCEPTED = TaskState.ACCEPTED
+INPUT_REQUIRED = TaskState.INPUT_REQUIRED  # running, its handler waits for an answer
+COMPLETED = TaskState.COMPLETED
+FAILED = TaskState.FAILED
+CANCELLED = TaskState.CANCELLED
+FINAL = TASK_FINAL
 
-TRANSITIONS: dict[str, frozenset[str]] = {
-    QUEUED: frozenset({ASSIGNED, FAILED, CANCELLED}),
-    ASSIGNED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
-    ACCEPTED: frozenset({QUEUED, COMPLETED, FAILED, CANCELLED, INPUT_REQUIRED}),
-    INPUT_REQUIRED: frozenset({ACCEPTED, QUEUED, COMPLETED, FAILED, CANCELLED}),
-    COMPLETED: frozenset(),
-    FAILED: frozenset(),
-    CANCELLED: frozenset(),
-}
+# A graph node's task id: "tg:<graph>/<node>" (one spelling, here).
+GRAPH_NODE_PREFIX = "tg:"
+
+
+def graph_node_id(graph: str, node: str) -> str:
+    """The id of the task that runs node ``node`` of graph ``graph``."""
+    return f"{GRAPH_NODE_PREFIX}{graph}/{node}"
+
+
+def is_graph_node(task_id: str) -> bool:
+    """Whether ``task_id`` is a graph node's task."""
+    return task_id[:3] == GRAPH_NODE_PREFIX
+
+
+def graph_node_of(task_id: str) -> tuple[str, str] | None:
+    """(graph, node) of a graph node's task id; None for another task's."""
+    if not is_graph_node(task_id):
+        return None
+    graph, sep, node = task_id[len(GRAPH_NODE_PREFIX):].rpartition("/")
+    return (graph, node) if sep else None
 
 # Tasks without labels share this one (never mutated): an empty dict per task is 64 bytes.
 _NO_LABELS: dict[str, Any] = {}
@@ -52,7 +65,7 @@ class Task:
     labels: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 3
     wait: float = 30.0
-    state: str = QUEUED
+    state: TaskState = QUEUED
     attempt: int = 0
     tries: int = 0
     seq: int = 0
@@ -110,17 +123,22 @@ class Task:
 @dataclass(slots=True, eq=False)
 class Attempt:
     """One run of a task on one forager: ``id`` is ``<task>.<number>``, the assign id the
-    forager answers with. ``live`` until fenced off (reissued, cancelled, finished)."""
+    forager answers with. ``live`` until fenced off (reissued, cancelled) or done."""
 
     id: str
     task: Task
     node: Node
     number: int
     lease: float
-    live: bool = True
+    state: AttemptState = AttemptState.RUNNING
     # The forager's number of the last progress report or partial result taken from this
     # attempt (its ``n``): what it need not send again after a reconnect or a takeover.
     n: int = 0
+
+    @property
+    def live(self) -> bool:
+        """Whether this attempt still counts (held for its forager, or running)."""
+        return self.state in ATTEMPT_LIVE
 
 
 RETRY_ON_MAX = 20  # exception types a submission may name, at most

@@ -3,8 +3,11 @@ reissue with attempt fencing. Sans-IO: events come in as method calls with the c
 monotonic time; what to put on the wire goes out as typed work
 (:class:`~meshant.core.tasks.work.Assign`, ``Revoke``, ``Deliver``, ``Watch``).
 
-Each task's lifecycle is the table ``TRANSITIONS`` (:mod:`meshant.core.tasks.model`); every
-state change goes through ``_move``, so an illegal one is a bug that shows, not a silent
+The scheduler is the only writer of a task's and an attempt's state, lease and counters:
+the services ask it through the methods below, never change a task themselves. Each
+lifecycle is a table keyed by (state, event) (:mod:`meshant.core.lifecycle`); every
+change goes through ``_move`` (tasks) or ``_end_attempt`` (attempts), so a forbidden one
+is a bug that shows (:class:`~meshant.core.lifecycle.LifecycleError`), not a silent
 corruption. The scheduler is composed of collaborators that own their state: the ready
 queues (:mod:`.queues`), the timers (:mod:`.timers`), the circuit breakers
 (:mod:`.breakers`), the dead letters (:mod:`.dead_letters`). It owns the in-flight
@@ -19,9 +22,20 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import Any
 
-from meshant.core.nodes.registry import ACTIVE, Node, Registry
+from meshant.core.counters import Counters
+from meshant.core.lifecycle import (
+    ATTEMPT,
+    TASK,
+    AttemptEvent,
+    AttemptState,
+    TaskEvent,
+    TaskState,
+    step,
+)
+from meshant.core.nodes.registry import ACTIVE, OFFLINE, Node, Registry
 from meshant.core.policy import Backoff
 from meshant.core.tasks.breakers import Breakers
 from meshant.core.tasks.dead_letters import DeadLetters
@@ -32,10 +46,11 @@ from meshant.core.tasks.model import (
     COMPLETED,
     FAILED,
     FINAL,
+    INPUT_REQUIRED,
     QUEUED,
-    TRANSITIONS,
     Attempt,
     Task,
+    is_graph_node,
     retries,
     slim,
 )
@@ -47,8 +62,22 @@ from meshant.protocol.codes import Code
 
 __all__ = [  # the task model is re-exported: it is what the scheduler takes and gives
     "ACCEPTED", "ASSIGNED", "CANCELLED", "COMPLETED", "FAILED", "FINAL", "QUEUED",
-    "TRANSITIONS", "Attempt", "QueueFull", "Scheduler", "Task", "revive",
+    "Attempt", "QueueFull", "Scheduler", "Task", "Verdict", "revive",
 ]
+
+# The event that makes a task final, by the final state.
+_ENDS = {COMPLETED: TaskEvent.COMPLETE, FAILED: TaskEvent.FAIL, CANCELLED: TaskEvent.CANCEL}
+COUNTERS = ("submitted", "completed", "failed", "cancelled", "reissued", "rejected",
+            "duplicates", "unknown_results", "retried", "dead_lettered")
+
+
+class Verdict(StrEnum):
+    """What a forager's message about an assignment is (``Scheduler.lookup``)."""
+
+    OK = "ok"  # about the task's current attempt, run by this forager
+    DUPLICATE = "duplicate"  # about an attempt that no longer counts (expected, dropped)
+    FOREIGN = "foreign"  # about another forager's attempt (impersonation, or a bug)
+    UNKNOWN = "unknown"  # about no attempt this queen knows
 
 
 def revive(r: dict[str, Any], to_wall: float) -> Task:
@@ -57,7 +86,7 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
     task = Task(id=r["id"], capability=r["capability"], payload=r["payload"],
                 client_name=r["client_name"], priority=r["priority"],
                 timeout=r["timeout"], to=r["to_name"], labels=r["labels"] or {},
-                max_attempts=r["max_attempts"], wait=r["wait"], state=r["state"],
+                max_attempts=r["max_attempts"], wait=r["wait"], state=TaskState(r["state"]),
                 attempt=r["attempt"], tries=r["tries"], restored=True,
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
@@ -84,6 +113,7 @@ class Scheduler:
         backoff: Backoff | None = None,
         breaker_threshold: int = 5,
         breaker_cooldown: float = 30.0,
+        counters: Counters | None = None,
     ) -> None:
         self.registry = registry
         # Where the decisions of a turn go (the queen's outbox's ``work``, taken each turn).
@@ -103,11 +133,9 @@ class Scheduler:
         self.dead = DeadLetters()
         self.dlq = self.dead.tasks
         self.queued = 0  # queued tasks, those in a retry backoff included
-        self.counters: dict[str, int] = {
-            "submitted": 0, "completed": 0, "failed": 0, "cancelled": 0, "reissued": 0,
-            "rejected": 0, "duplicates": 0, "unknown_results": 0, "retried": 0,
-            "dead_lettered": 0,
-        }
+        # The colony's counters (one namespace, each name declared by its owner once).
+        self.counters = counters if counters is not None else Counters()
+        self.counters.declare("scheduler", *COUNTERS)
         self._order = itertools.count()
         # No lease of a running attempt ends before this: tick() scans the foragers only
         # from then on (leases only ever move later, new attempts lower it).
@@ -155,14 +183,17 @@ class Scheduler:
 
     # -- lifecycle plumbing ---------------------------------------------------------------
 
-    def move(self, task: Task, state: str, now: float, why: str = "") -> None:
-        """Change the task's state (an illegal change is a bug: RuntimeError)."""
-        if state not in TRANSITIONS[task.state]:
-            raise RuntimeError(f"illegal task transition {task.state} -> {state} ({task.id})")
-        task.state = state
+    def _move(self, task: Task, event: TaskEvent, now: float, why: str = "") -> None:
+        """Move the task by ``event`` (a change its table forbids is a bug:
+        LifecycleError), into its audit trail and the journal's next record."""
+        state = task.state = step(TASK, task.state, event, f"task {task.id}")
         task.history.append((now, state, why))
         if self.track_changes:
             self.changed[task.id] = task
+
+    @staticmethod
+    def _end_attempt(att: Attempt, event: AttemptEvent) -> None:
+        att.state = step(ATTEMPT, att.state, event, f"attempt {att.id}")
 
     def note(self, task: Task, now: float, what: str, why: str) -> None:
         """Add a line to the task's audit trail that is not a state (a question, an
@@ -182,7 +213,7 @@ class Scheduler:
         if now is not None and not self._anyone_serves(task):
             self._wait_for_forager(task, now)
 
-    def _finish(self, task: Task, state: str, now: float, body: dict[str, Any]) -> None:
+    def _finish(self, task: Task, state: TaskState, now: float, body: dict[str, Any]) -> None:
         """Make ``task`` final and emit its one and only final result."""
         if task.state == QUEUED:
             self.queued -= 1
@@ -193,8 +224,8 @@ class Scheduler:
         timers.unset(task, "deadline")
         timers.unset(task, "wait")
         timers.unset(task, "retry")
-        self.move(task, state, now, body.get("error", {}).get("code", "") if state == FAILED
-                   else "")
+        self._move(task, _ENDS[state], now, body.get("error", {}).get("code", "")
+                   if state == FAILED else "")
         self.counters[state] += 1
         body["task"] = task.id
         body["state"] = state
@@ -218,7 +249,7 @@ class Scheduler:
                 self.attempts.pop(f"{old_id}.{n}", None)
             if old.key is not None and self.by_key.get(old.key) == old_id:
                 del self.by_key[old.key]
-        if self.on_graph_final is not None and task.id[:3] == "tg:":  # graph hook
+        if self.on_graph_final is not None and is_graph_node(task.id):  # graph hook
             self.on_graph_final(task)
 
     def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
@@ -238,16 +269,18 @@ class Scheduler:
         """Queue the task again after a jittered backoff: its own policy, else the queen's."""
         delay = self.backoff.delay(task.tries - 1, task.retry_base, task.retry_cap)
         self.counters["retried"] += 1
-        self.move(task, QUEUED, now, f"{why}; retry in {delay:.2f} s")
+        self._move(task, TaskEvent.REQUEUE, now, f"{why}; retry in {delay:.2f} s")
         self._enqueue(task, now, delay)
 
-    def _abandon(self, task: Task, now: float, *, cancel: bool) -> None:
-        """Fence off the task's current attempt: its result will be a duplicate from now on."""
+    def _abandon(self, task: Task, now: float, *, cancel: bool,
+                 event: AttemptEvent = AttemptEvent.FENCE) -> None:
+        """Fence off the task's current attempt (or, ``FINISH``, end it: its result was
+        taken): anything it sends from now on is a duplicate."""
         att = task.current
         if att is None:
             return
         task.current = None
-        att.live = False
+        self._end_attempt(att, event)
         self._drop(att.node, att.id)
         self.dirty = True
         if cancel and att.node.state == ACTIVE:
@@ -260,7 +293,7 @@ class Scheduler:
         if att is None:
             return
         task.current = None
-        att.live = False
+        self._end_attempt(att, AttemptEvent.FENCE)
         if att.node.state == ACTIVE:
             self.work.append(Revoke(att.node, att))
 
@@ -305,21 +338,27 @@ class Scheduler:
                                                       "message": "cancelled by the client"}})
         return task
 
-    def lookup(self, node: Node, ref: str | None) -> tuple[str, Attempt | None]:
-        """Classify a forager's message about an assign: ok, duplicate, foreign, unknown."""
+    def lookup(self, node: Node, ref: str | None) -> tuple[Verdict, Attempt | None]:
+        """What a forager's message about an assign is (see :class:`Verdict`)."""
         att = self.attempts.get(ref) if ref is not None else None
         if att is None:
-            return "unknown", None
+            return Verdict.UNKNOWN, None
         if att.node is not node and att.node.name != node.name:
-            return "foreign", att
+            return Verdict.FOREIGN, att
         if not att.live or att.task.current is not att:
-            return "duplicate", att
-        return "ok", att
+            return Verdict.DUPLICATE, att
+        return Verdict.OK, att
 
     def accept(self, att: Attempt, now: float) -> None:
         att.lease = now + self.assign_timeout
         if att.task.state == ASSIGNED:
-            self.move(att.task, ACCEPTED, now, att.node.name)
+            self._move(att.task, TaskEvent.ACCEPT, now, att.node.name)
+
+    def _implied_accept(self, att: Attempt, now: float) -> None:
+        """Anything a forager sends about an assignment implies it took it: a forager may
+        skip task.accept for a task that finishes at once (one message fewer)."""
+        if att.task.state == ASSIGNED:
+            self._move(att.task, TaskEvent.ACCEPT, now, f"{att.node.name} (implied)")
 
     def reject(self, att: Attempt, reason: str, now: float) -> None:
         task = att.task
@@ -330,7 +369,7 @@ class Scheduler:
         task.rejected.add(att.node.identity)
         task.add_reason(f"{att.node.name}: {reason}")
         self._abandon(task, now, cancel=False)
-        self.move(task, QUEUED, now, f"rejected by {att.node.name}: {reason}")
+        self._move(task, TaskEvent.REQUEUE, now, f"rejected by {att.node.name}: {reason}")
         self._enqueue(task, now)
 
     @staticmethod
@@ -355,8 +394,7 @@ class Scheduler:
         out: dict[str, Any] = {"task": task.id}
         if not self._numbered(att, body, out):
             return  # taken already
-        if task.state == ASSIGNED:
-            self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
+        self._implied_accept(att, now)
         # The audit trail keeps each progress report (not a state: the task stays put).
         self.note(task, now, "progress",
                   f"{body.get('fraction', '')} {body.get('note', '')}".strip())
@@ -374,9 +412,7 @@ class Scheduler:
     def result(self, att: Attempt, body: dict[str, Any], now: float) -> None:
         """A result for the current attempt: partial (relayed) or final (delivered once)."""
         task = att.task
-        if task.state == ASSIGNED:
-            # A forager may skip task.accept for a task that finishes at once.
-            self.move(task, ACCEPTED, now, f"{att.node.name} (implied)")
+        self._implied_accept(att, now)
         if body.get("partial"):
             att.lease = now + self.assign_timeout
             out: dict[str, Any] = {"task": task.id}
@@ -394,10 +430,10 @@ class Scheduler:
             self.breakers.settled(att.node.name, task.capability)
             self._abandon(task, now, cancel=False)
             self.counters["reissued"] += 1
-            self.move(task, QUEUED, now, f"given up by {att.node.name}")
+            self._move(task, TaskEvent.REQUEUE, now, f"given up by {att.node.name}")
             self._enqueue(task, now)
             return
-        self._abandon(task, now, cancel=False)
+        self._abandon(task, now, cancel=False, event=AttemptEvent.FINISH)
         if status == "ok":
             self.breakers.outcome(att.node.name, task.capability, True, now)
             # IACP 1.1 results carry their fields in the body itself (status, artifacts...).
@@ -442,7 +478,8 @@ class Scheduler:
         (a retry would produce the same result)."""
         task = att.task
         task.tries += 1
-        self._abandon(task, now, cancel=False)  # it finished: nothing to cancel
+        # It finished: nothing to cancel.
+        self._abandon(task, now, cancel=False, event=AttemptEvent.FINISH)
         self._fail(task, now, Code.TOO_LARGE, message, cause=Code.TOO_LARGE,
                    forager=att.node.name)
 
@@ -450,6 +487,60 @@ class Scheduler:
         """A forager finished an abandoned attempt: free its slot."""
         if self._drop(att.node, att.id) is not None:
             self.dirty = True
+
+    def late_final(self, att: Attempt) -> None:
+        """A final answer for an attempt no longer current: count it (unless it is the
+        expected end of a cancelled task's run) and free the slot it was holding."""
+        if att.task.state != CANCELLED:
+            self.counters["duplicates"] += 1
+        self.release(att)
+
+    def stale_final(self, node: Node, ref: str) -> None:
+        """The final answer of an old run (``Node.stale``: an assignment a restarted
+        queen did not make): dropped as a duplicate, and its id no longer stale."""
+        stale = node.stale
+        if stale is None:
+            return
+        stale.discard(ref)
+        if not stale:
+            node.stale = None
+            self.dirty = True
+        self.counters["duplicates"] += 1
+
+    # -- questions (the conversations service asks) ---------------------------------------
+
+    def asked(self, att: Attempt, now: float, note: str) -> None:
+        """The attempt's handler asked a question and waits: its lease is renewed, the
+        task accepted (implied) and waiting for input (or, already waiting, the question
+        noted)."""
+        att.lease = now + self.assign_timeout
+        task = att.task
+        self._implied_accept(att, now)
+        if task.state == INPUT_REQUIRED:
+            self.note(task, now, "ask", note)
+        else:
+            self._move(task, TaskEvent.ASK, now, note)
+
+    def input_received(self, task: Task, now: float) -> None:
+        """Nothing the task's handler waits on is left unanswered: it runs on."""
+        if task.state == INPUT_REQUIRED:
+            self._move(task, TaskEvent.INPUT, now, "input received")
+
+    # -- who hears of a task --------------------------------------------------------------
+
+    def follow(self, task: Task, identity: bytes, name: str | None = None) -> None:
+        """The task's results go to the connection ``identity`` from now on (its
+        submitter reconnected; a graph sent again), and to ``name``'s if given."""
+        task.client = identity
+        if name is not None:
+            task.client_name = name
+
+    def journal_now(self, task: Task) -> None:
+        """A task whose first journal write waited (core/journal/defer.py) is written in
+        this turn's record: an acknowledgement is about to promise it durable."""
+        if task.logged == 0 and self.track_changes:
+            task.defer = False
+            self.changed[task.id] = task
 
     def renew(self, node: Node, refs: Iterable[Any], now: float) -> None:
         """A heartbeat listing the attempts a forager is running renews their leases."""
@@ -519,7 +610,7 @@ class Scheduler:
         self._abandon(task, now, cancel=True)
         self.counters["reissued"] += 1
         task.add_reason(why)
-        self.move(task, QUEUED, now, why)
+        self._move(task, TaskEvent.REQUEUE, now, why)
         self._enqueue(task, now)
 
     def tick(self, now: float) -> None:
@@ -705,7 +796,7 @@ class Scheduler:
         if att.lease < self._lease_due:
             self._lease_due = att.lease
         self.attempts[att.id] = att
-        self.move(task, ASSIGNED, now, node.name)
+        self._move(task, TaskEvent.ASSIGN, now, node.name)
         self.work.append(Assign(node, att))
 
     # -- restart --------------------------------------------------------------------------
@@ -740,8 +831,9 @@ class Scheduler:
                 continue
             # Assigned before the restart: perhaps still running on its forager.
             ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",
-                         state="offline")
-            att = Attempt(f"{task.id}.{task.attempt}", task, ghost, task.attempt, now + grace)
+                         state=OFFLINE)
+            att = Attempt(f"{task.id}.{task.attempt}", task, ghost, task.attempt, now + grace,
+                          AttemptState.HELD)
             task.current = att
             self.attempts[att.id] = att
             self.held[att.id] = att
@@ -756,10 +848,15 @@ class Scheduler:
             if att is None or att.node.name != node.name or node.busy >= node.slots:
                 continue
             del self.held[ref]
+            self._end_attempt(att, AttemptEvent.ADOPT)
             att.node = node
             att.lease = now + self.assign_timeout
             self._lease_due = min(self._lease_due, att.lease)
             self._hold(node, att)
+            if not att.live:
+                # Cancelled while its forager was away: the run goes on there, so it
+                # keeps its slot until it answers, and is told to stop now.
+                self.work.append(Revoke(node, att))
             n += 1
         return n
 
