@@ -274,13 +274,18 @@ def test_a_violation_names_its_invariant_and_the_seed_replays_it(mutate: Any) ->
     assert again.violation is not None and str(again.violation) == str(r.violation)
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed yet: see the test's comment")
-def test_known_bug_a_partial_of_a_run_a_later_queen_adopts_is_lost() -> None:
-    # Found while measuring #26 (present before it, at 1edddd6): a partial reaches a
-    # queen that dies before journaling it; the task was young (its first write
-    # deferred), so the queens after it do not know it when the forager says hello, and
-    # the welcome's `updates` map does not name the run; the client sends the task
-    # again, the run's finished result is adopted, and the partial is never sent again.
-    # Strict: this test fails (XPASS) once the bug is fixed; then drop the mark.
+def test_seed_359_an_old_runs_result_is_never_taken_for_a_new_run_of_its_id() -> None:
+    # Found while measuring #26 (kept as a strict xfail until #33): a queen dies before
+    # journaling a young task, so the queen after it assigns the task's attempt 1 again —
+    # the same assign id — to the forager that ran it; the forager kept the first run's
+    # result for re-sending, and after the next reconnect sent it again, where it was
+    # taken for the new run's (whose partial was never journaled). A new assignment of
+    # an id now makes the forager forget everything of the old run.
     r = run_seed(359, profile=DEFAULT.only("crash-mid-turn", "kill-queen", faults=(2, 6)))
     assert r.violation is None, r.violation
+
+
+@pytest.mark.slow
+def test_mutant_a_reassigned_id_keeps_the_old_runs_result(mutate: Any) -> None:
+    mutate(forager_session.ForagerSession, "_forget", lambda self, ref: None)
+    _caught(DEFAULT.only("crash-mid-turn", "kill-queen", faults=(2, 6)), 400, "updates-kept")

@@ -24,7 +24,7 @@ from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.forager_session import ForagerSession
 from meshant.core.peers.link import FLUSH_MAX, Item, PeerLink, Role
 from meshant.sim.ledger import Kept, Ledger, Run, Submission
-from meshant.sim.world import Clock, Conn, Net
+from meshant.sim.world import Clock, Conn, Net, ProcessClock
 
 # Messages a peer may send again, so the queen may get them twice (late copies of these
 # are the simulator's duplicated messages): a re-sent submission, a result re-sent after
@@ -48,7 +48,7 @@ class SimPeer:
     role = "peer"
     hello_extra: dict[str, Any] = {}  # more hello fields (a test's)
 
-    def __init__(self, name: str, *, clock: Clock, net: Net, ledger: Ledger,
+    def __init__(self, name: str, *, clock: Clock | ProcessClock, net: Net, ledger: Ledger,
                  rng: random.Random, queens: list[str], log: Callable[[str], None],
                  memory: bool = False) -> None:
         self.name = name
@@ -62,6 +62,7 @@ class SimPeer:
         self.alive = False
         self.paused_until = 0.0
         self.conn: Conn | None = None
+        self._again_at = -1.0
         self.subscribed = ""  # the queen whose PUB this peer hears
         self._wake_at = float("inf")
         self.memory = memory
@@ -170,8 +171,8 @@ class SimPeer:
         arrive again late (a duplicate the network makes)."""
         if self.conn is None:
             return False
-        self.net.send_up(self.conn, frames, keep_late=_again(item) and self.rng.random() < 0.02)
-        return True
+        return self.net.send_up(self.conn, frames,
+                                keep_late=_again(item) and self.rng.random() < 0.02)
 
     # -- the turn -------------------------------------------------------------------------
 
@@ -185,10 +186,20 @@ class SimPeer:
         self.do()
         if link.flush(now):
             # A backlog goes out slice by slice, a turn at a time (as in the actors).
-            gen = self.gen
-            self.clock.after(0.0, lambda: self.soon(gen, self.pump))
+            self._again(0.0)
+        elif link.active and link.role.pending:
+            self._again(0.05)  # the pipe was full: try again soon (as the actors do)
         self.do()
         self._schedule()
+
+    def _again(self, delay: float) -> None:
+        """Pump again after ``delay`` (once: a pump already due soon is enough)."""
+        when = self.clock.now + delay
+        if self._again_at <= when and self._again_at >= self.clock.now:
+            return
+        self._again_at = when
+        gen = self.gen
+        self.clock.after(delay, lambda: self.soon(gen, self.pump))
 
     def _schedule(self) -> None:
         """Wake at the link's next deadline (once: a later wake is not scheduled twice)."""
@@ -236,7 +247,7 @@ class _SimPort:
         return self.peer.send_frames(frames, item)
 
     def wall(self) -> float:
-        return self.peer.clock.now
+        return self.peer.clock.now + self.peer.clock.skew
 
     def about(self) -> dict[str, Any]:
         peer = self.peer

@@ -27,7 +27,7 @@ from meshant.core.tasks.model import QUEUED, Task, graph_node_of, is_graph_node
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
-from meshant.sim.world import Clock, Net
+from meshant.sim.world import Clock, Net, ProcessClock
 from meshant.storage.commit import commit_all
 from meshant.storage.journal import Journal
 
@@ -77,7 +77,8 @@ class LeaseStore:
 class SimQueen:
     """One queen process: started, killed, paused, restarted by the faults."""
 
-    def __init__(self, name: str, config: QueenConfig, *, clock: Clock, net: Net,
+    def __init__(self, name: str, config: QueenConfig, *, clock: Clock | ProcessClock,
+                 net: Net,
                  ledger: Ledger, rng: random.Random, disk: sqlite3.Connection | None,
                  log: Callable[[str], None], store: LeaseStore | None = None,
                  queens: list[str] | None = None, journal: Any = None) -> None:
@@ -113,10 +114,26 @@ class SimQueen:
         # How long a journal read takes: a network database's round trip (a test's
         # in-memory colony reads as SQLite does, at once).
         self.read_delay = (0.0001, 0.003)
+        self.read_fail = 0.0  # how often a read fails
+        self.turn = 16  # messages read a turn at most (the actor's TURN_MESSAGES)
+        self._inbox: deque[tuple[bytes, list[bytes]]] = deque()
+        self._reading = False
+        # Durability: "power" (each commit synced) or "process" (a power cut loses the
+        # commits since the last sync, every ``sync_every``): the disk as last synced.
+        self.durability = "power"
+        self.sync_every = 1
+        self._since_sync = 0
+        self.synced: bytes | None = None
         # The CURVE key a connection authenticated with (the simulator's have none).
         self.key_of: Callable[[bytes], bytes | None] = lambda identity: None
         self._given = journal
         self._lease_asked = 0  # the life whose lease round is in flight (0: none)
+
+    @property
+    def wall_offset(self) -> float:
+        """This process's wall clock, less its monotonic one (its skew included)."""
+        return WALL + getattr(self.clock, "skew", 0.0) - (
+            self.clock.now - self.net.clock.now)
 
     @property
     def life(self) -> str:
@@ -134,6 +151,8 @@ class SimQueen:
         self.paused_until = 0.0
         self._held.clear()
         self.journal = self._open()
+        if self.synced is None and self.durability == "process" and self.disk is not None:
+            self.synced = self.disk.serialize()  # (the empty journal, its tables made)
         if self.hold is not None:
             self.hold = LeaseHold(self.hold.lease)
             self.roles = Roles(leading=False)
@@ -160,7 +179,23 @@ class SimQueen:
         self.core = None
         self.journal = None
         self._held.clear()
+        self._inbox.clear()
+        self._reading = False
         self.on_crash(self)
+
+    def power_off(self) -> int:
+        """A power cut: the process dies, and the disk keeps only what was synced (with
+        durability "process"). Returns how many commits were lost."""
+        lost = 0
+        if self.up:
+            self.kill()
+        if self.durability == "process" and self.disk is not None and self._since_sync:
+            lost = self._since_sync
+            if self.synced is not None:
+                self.disk.deserialize(self.synced)
+            self._since_sync = 0
+            self.ledger.lossy += lost
+        return lost
 
     def pause(self, seconds: float) -> None:
         """SIGSTOP for ``seconds``: nothing is handled; what comes waits."""
@@ -208,7 +243,7 @@ class SimQueen:
         epoch = f"t{term}-{self.life}" if self.store is not None else self.life
         journal = self.journal if restore else None
         restore = journal is not None
-        core = QueenCore(self.config, epoch=epoch, wall_offset=WALL,
+        core = QueenCore(self.config, epoch=epoch, wall_offset=self.wall_offset,
                          restored=journal.restored() if journal is not None else None,
                          now=self.clock.now, rng=random.Random(self.rng.random()))
         core.lead(term, self._hint() if not restore and not self.roles.leading else None)
@@ -219,7 +254,7 @@ class SimQueen:
 
     def _hint(self) -> dict[str, Any]:
         store = self.store
-        leader = store.holder if store is not None and store.expires > self.clock.now else ""
+        leader = store.holder if store is not None and store.expires > self.net.clock.now else ""
         hint: dict[str, Any] = {"role": "standby", "queen": self.name,
                                 "term": store.term if store is not None else 0}
         if leader and leader != self.name:
@@ -235,7 +270,7 @@ class SimQueen:
         if hold is None or store is None:
             return
         now = self.clock.now
-        leader = store.holder if store.expires > now else ""
+        leader = store.holder if store.expires > self.net.clock.now else ""
         match self.roles.step(hold.valid(now), hold.term, leader):
             case TakeOver(term=term):
                 self.journal = self._open()  # fresh chains
@@ -261,7 +296,7 @@ class SimQueen:
         term = hold.term
 
         def at_store() -> None:
-            now = self.clock.now
+            now = self.net.clock.now  # (the database's clock, not this queen's)
             if leading:
                 ok = store.renew(self.name, term, now)
                 won = None
@@ -294,22 +329,37 @@ class SimQueen:
     # -- events in ------------------------------------------------------------------------
 
     def deliver(self, identity: bytes, frames: list[bytes]) -> None:
-        life = self.incarnation
+        """A message reaches the ROUTER: it waits there until a turn reads it (a turn
+        reads up to ``turn`` messages, as the actor's does, then ends)."""
+        self._inbox.append((identity, frames))
+        if not self._reading:
+            self._reading = True
+            life = self.incarnation
+            self._when_running(lambda: self._read_turn(life))
 
-        def handle() -> None:
-            if not self.up or self.incarnation != life or self.core is None:
-                return
-            self._follow_lease()
-            core = self.core
-            if core is None:
-                return
+    def _read_turn(self, life: int) -> None:
+        if not self.up or self.incarnation != life:
+            return
+        self._follow_lease()
+        core = self.core
+        inbox = self._inbox
+        if core is None:
+            inbox.clear()
+            self._reading = False
+            return
+        now = self.clock.now
+        for _ in range(min(self.turn, len(inbox))):
+            identity, frames = inbox.popleft()
             if core.reads.peers and core.reads.held(identity):
                 waiting = len(core.reads.peers[identity])
                 if waiting >= PER_PEER:
                     self.ledger.fail("bounded", f"{waiting} messages wait behind a read")
-            core.receive([identity, *frames], self.key_of(identity), self.clock.now)
-            self._turn()
-        self._when_running(handle)
+            core.receive([identity, *frames], self.key_of(identity), now)
+        self._turn()
+        if inbox and self.up and self.incarnation == life:
+            self.clock.after(0.0, lambda: self._when_running(lambda: self._read_turn(life)))
+        else:
+            self._reading = False
 
     def _tick(self) -> None:
         if self.core is None:
@@ -374,10 +424,15 @@ class SimQueen:
         if self.journal is None:
             return True
         try:
-            commit_all(self.journal, action.actions, WALL)
+            commit_all(self.journal, action.actions, self.wall_offset)
         except Deposed:
             return False
         self.ledger.writes += 1
+        if self.durability == "process" and self.disk is not None:
+            self._since_sync += 1
+            if self._since_sync >= self.sync_every:
+                self.synced = self.disk.serialize()
+                self._since_sync = 0
         return True
 
     def _read(self, read: Read, life: int) -> None:
@@ -391,11 +446,14 @@ class SimQueen:
                 core = self.core
                 if core is None:
                     return
-                value = answer(journal, read)
                 if read.what == "names":
-                    core.fetched_names(value)
+                    core.fetched_names(answer(journal, read))
+                elif self.rng.random() < self.read_fail:
+                    # The database did not answer (a network journal's hiccup): the
+                    # requests that waited are refused, to be sent again.
+                    core.fetched(read.token, None, self.clock.now, error="simulated")
                 else:
-                    core.fetched(read.token, value, self.clock.now)
+                    core.fetched(read.token, answer(journal, read), self.clock.now)
                 self._turn()
             self._when_running(handle)
         self.clock.after(self.rng.uniform(*self.read_delay), done)

@@ -1,15 +1,19 @@
 """One seeded run of the whole colony, and the shrinking of a failing one.
 
-A seed fixes everything: the colony's shape (one queen, or two sharing the journal with a
-lease), its foragers and clients, the workload (priorities, slots, labels, cancels,
-idempotency keys, task graphs with spawns, questions, messages to absent names, attach
-from a cursor, broadcasts, colony memory), the faults and when they strike, and every
-delay on the network. The same seed replays the same run, step for step.
+A seed fixes everything: its weather (:mod:`meshant.sim.weather`: which faults, the
+network, the clocks, the journal's reads, durability, the queen's turn, the workload's
+size), the colony's shape (one queen, or two sharing the journal with a lease), its
+foragers and clients, the workload (priorities, slots, labels, cancels, idempotency
+keys, task graphs with spawns, questions, messages to absent names, attach from a
+cursor, broadcasts, colony memory), the faults and when they strike, and every delay on
+the network. The same seed replays the same run, step for step.
+
+Each of these draws from a random stream of its own (named after what it draws), so a
+run shrunk to fewer faults keeps its workload, its network and its weather.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import random
@@ -27,7 +31,8 @@ from meshant.core.queen.router import QueenConfig
 from meshant.sim.ledger import Ledger, Violation
 from meshant.sim.peers import SimClient, SimForager, SimPeer
 from meshant.sim.queen import LeaseStore, SimQueen
-from meshant.sim.world import Clock, Net, garbage
+from meshant.sim.weather import DEFAULT, Profile, Weather
+from meshant.sim.world import Clock, Net, ProcessClock, garbage
 from meshant.storage.journal import Journal
 
 LOAD = 8.0  # seconds of submissions
@@ -53,33 +58,9 @@ class Fault:
         extra += f" after {self.n} actions" if self.kind == "crash-mid-turn" else ""
         if self.kind == "crash-at-commit":
             extra += f" after the next commit of {COMMIT_KINDS[self.n][0]}"
+        if self.kind == "power-loss":
+            extra += " (the disk keeps what was synced)"
         return f"{self.at:8.3f} fault: {self.kind} {self.target}{extra}"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What a run is made of, in probabilities: the default is every kind of fault and
-    workload; a test may lean on some (the mutants' tests do, to meet their bug sooner)."""
-
-    weights: tuple[tuple[str, float], ...] = (
-        ("kill-queen", 3), ("crash-mid-turn", 3), ("crash-at-commit", 2), ("pause-queen", 2),
-        ("kill-forager", 3),
-        ("pause-forager", 2), ("client-reconnect", 2), ("partition", 2),
-        ("late-duplicate", 3), ("garbage", 1), ("oversize", 1))
-    faults: tuple[int, int] = (0, 8)
-    failover: float = 0.3
-    graphs: float = 0.5
-    asks: float = 0.5
-    mailbox: float = 0.4
-    attaches: float = 0.5  # a run where another client follows tasks
-
-    def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: float) -> Profile:
-        """This profile with only these faults, at least ``faults[0]`` of them."""
-        return dataclasses.replace(self, weights=tuple((k, 1.0) for k in kinds),
-                                   faults=faults, **kw)
-
-
-DEFAULT = Profile()
 
 
 @dataclass
@@ -115,39 +96,61 @@ class Colony:
         p.message.new_id.reset(f"{seed:x}-")
         self.seed = seed
         self.profile = profile
-        self.rng = random.Random(seed)
+        weather = self.weather = Weather.draw(self.stream("weather"), profile)
+        self.rng = self.stream("work")  # the workload's
+        self.strike_rng = self.stream("strike")  # what a fault does as it strikes
         self.clock = Clock()
         self.trace: list[str] = []
         self.ledger = Ledger()
-        self.net = Net(self.clock, random.Random(self.rng.random()), self.log)
-        rng = self.rng
-        self.failover = rng.random() < profile.failover
+        self.net = Net(self.clock, self.stream("net"), self.log, delay=weather.delay,
+                       slow=weather.slow, pub_hwm=weather.pub_hwm, up_hwm=weather.up_hwm)
+        shape, clocks, procs = self.stream("shape"), self.stream("clocks"), self.stream("procs")
+        self.failover = shape.random() < profile.failover
         names = ["q1", "q2"] if self.failover else ["q1"]
         self.disk = sqlite3.connect(":memory:", isolation_level=None)
         store = LeaseStore(2.0, self.ledger) if self.failover else None
         self.store = store
         cfg = config()
-        self.queens = [SimQueen(n, cfg, clock=self.clock, net=self.net, ledger=self.ledger,
-                                rng=random.Random(rng.random()), disk=self.disk, log=self.log,
-                                store=store, queens=names) for n in names]
+
+        def own_clock() -> ProcessClock:
+            d, k = weather.drift, weather.skew
+            return ProcessClock(self.clock, rate=1.0 + clocks.uniform(-d, d),
+                                offset=clocks.uniform(0.0, 1000.0) if d else 0.0,
+                                skew=clocks.uniform(-k, k))
+        self.queens = [SimQueen(n, cfg, clock=own_clock(), net=self.net, ledger=self.ledger,
+                                rng=random.Random(procs.random()), disk=self.disk,
+                                log=self.log, store=store, queens=names) for n in names]
         for q in self.queens:
             self.net.queens[q.name] = q
+            q.read_delay, q.read_fail, q.turn = weather.read_delay, weather.read_fail, weather.turn
+            # A power cut loses unsynced commits only of a journal on the queen's own disk
+            # (SQLite); a shared PostgreSQL is another machine.
+            q.durability = weather.durability if store is None else "power"
+            q.sync_every = weather.sync_every
         uids = itertools.count(1)
-        kw: dict[str, Any] = dict(clock=self.clock, net=self.net, ledger=self.ledger,
-                                  queens=names, log=self.log)
+        kw: dict[str, Any] = dict(net=self.net, ledger=self.ledger, queens=names,
+                                  log=self.log)
         self.foragers: list[SimForager] = []
-        for i in range(rng.randint(2, 4)):
+        for i in range(shape.randint(2, 4)):
             tools = ["echo"] + (["rare"] if i == 0 else [])
             labels = {"gpu": True} if i % 2 else {}
-            self.foragers.append(SimForager(f"f{i}", tools, rng.randint(1, 3), labels,
-                                            uids.__next__, rng=random.Random(rng.random()),
-                                            memory=rng.random() < 0.5, **kw))
-        self.clients = [SimClient(f"c{i}", rng=random.Random(rng.random()),
-                                  memory=i == 0, **kw) for i in range(rng.randint(1, 3))]
+            self.foragers.append(SimForager(f"f{i}", tools, shape.randint(1, 3), labels,
+                                            uids.__next__, rng=random.Random(procs.random()),
+                                            memory=shape.random() < 0.5, clock=own_clock(),
+                                            **kw))
+        self.clients = [SimClient(f"c{i}", rng=random.Random(procs.random()), memory=i == 0,
+                                  clock=own_clock(), **kw)
+                        for i in range(shape.randint(1, 3))]
         # A name that is not connected when messages are sent to it, and joins later.
-        self.mailboxes = [SimClient("mb0", rng=random.Random(rng.random()), **kw)] if (
-            rng.random() < profile.mailbox) else []
+        self.mailboxes = [SimClient("mb0", rng=random.Random(procs.random()),
+                                    clock=own_clock(), **kw)] if (
+            shape.random() < profile.mailbox) else []
         self.faults = self._faults(disabled)
+        self.log(weather.describe())
+
+    def stream(self, name: str) -> random.Random:
+        """The random stream ``name`` of this seed (each concern draws from its own)."""
+        return random.Random(f"{self.seed}/{name}")
 
     def log(self, text: str) -> None:
         self.trace.append(f"{self.clock.now:8.3f} {text}")
@@ -155,14 +158,15 @@ class Colony:
     # -- the plan -------------------------------------------------------------------------
 
     def _faults(self, disabled: frozenset[int]) -> list[Fault]:
-        rng = self.rng
-        kinds = [k for k, _ in self.profile.weights]
-        weights = [w for _, w in self.profile.weights]
-        faults = []
-        for _ in range(rng.randint(*self.profile.faults)):
+        rng = self.stream("faults")
+        kinds = [k for k, w in self.weather.weights if w]
+        weights = [w for _, w in self.weather.weights if w]
+        faults: list[Fault] = []
+        for _ in range(rng.randint(*self.profile.faults) if kinds else 0):
             kind = rng.choices(kinds, weights)[0]
             at = rng.uniform(0.5, FAULTS)
-            if kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen"):
+            if kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen",
+                        "power-loss"):
                 target = rng.choice(self.queens).name
                 seconds = rng.uniform(0.3, 6.0)
             elif kind in ("kill-forager", "pause-forager"):
@@ -187,7 +191,7 @@ class Colony:
     def _workload(self) -> None:
         rng = self.rng
         clock = self.clock
-        n_tasks = rng.randint(5, 30)
+        n_tasks = rng.randint(*self.weather.tasks)
         asks = rng.random() < self.profile.asks
         keys: list[str] = []
         submitted: list[tuple[SimClient, str]] = []
@@ -280,12 +284,18 @@ class Colony:
 
     def _strike(self, f: Fault) -> None:
         self.log(str(f).strip())
-        rng = self.rng
+        rng = self.strike_rng
         clock = self.clock
-        if f.kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen"):
+        if f.kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen",
+                      "power-loss"):
             q = next(x for x in self.queens if x.name == f.target)
             if f.kind == "pause-queen":
                 q.pause(f.seconds)
+            elif f.kind == "power-loss":
+                lost = q.power_off()
+                if lost:
+                    self.log(f"{q.name}: the power cut lost the last {lost} commits")
+                clock.after(f.seconds, q.revive)
             elif f.kind == "kill-queen":
                 q.kill()
                 clock.after(f.seconds, q.revive)

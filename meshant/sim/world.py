@@ -1,11 +1,14 @@
-"""The simulated world: a virtual clock, the events due on it, and the network between
-the colony's processes. Nothing here sleeps or reads a clock; a seed fixes every choice.
+"""The simulated world: a virtual clock, the events due on it, each process's own view
+of time, and the network between the colony's processes. Nothing here sleeps or reads a
+clock; a seed fixes every choice.
 
 The network is what ZeroMQ gives the colony, reduced to what matters to its promises:
 
 * a connection (a peer's DEALER to a queen's ROUTER) delivers in order in each direction,
   each message after a delay; a message in flight when the connection breaks (the queen
-  dies, the peer opens a fresh one, a partition) is lost;
+  dies, the peer opens a fresh one, a partition) is lost; a peer's pipe holds at most
+  ``up_hwm`` messages not yet delivered (a send beyond says "not now", as a DEALER at its
+  high-water mark does);
 * the queen's PUB reaches every subscriber of that queen in order, dropping what a slow
   subscriber has not taken past the high-water mark;
 * a partition cuts one peer off from one queen (both ways) for a while; it breaks the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,8 @@ Event = Callable[[], None]
 
 class Clock:
     """Virtual time and the events due on it, in order (ties in the order scheduled)."""
+
+    skew = 0.0  # (the world's own wall clock is exact)
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -52,6 +58,40 @@ class Clock:
 
     def next_at(self) -> float:
         return self._heap[0][0] if self._heap else float("inf")
+
+
+class ProcessClock:
+    """One process's view of time: its monotonic clock runs at ``rate`` of virtual time
+    from ``offset`` (drift), and its wall clock is off by ``skew``. What the process
+    schedules is in its own time, turned into virtual time on the way in."""
+
+    __slots__ = ("offset", "rate", "skew", "world")
+
+    def __init__(self, world: Clock, rate: float = 1.0, offset: float = 0.0,
+                 skew: float = 0.0) -> None:
+        self.world = world
+        self.rate = rate
+        self.offset = offset
+        self.skew = skew
+
+    @property
+    def now(self) -> float:
+        return self.world.now * self.rate + self.offset
+
+    @property
+    def steps(self) -> int:
+        return self.world.steps
+
+    def at(self, when: float, fn: Event) -> None:
+        # The virtual time at which this clock reads ``when`` or later: rounding must
+        # never wake a process a hair before its deadline (it would wait for it again).
+        v = (when - self.offset) / self.rate
+        while v * self.rate + self.offset < when:
+            v = math.nextafter(v, math.inf)
+        self.world.at(v, fn)
+
+    def after(self, delay: float, fn: Event) -> None:
+        self.world.after(delay / self.rate, fn)
 
 
 class Endpoint(Protocol):
@@ -86,6 +126,7 @@ class Conn:
     resets: int = 0  # the TCP connection under it broke and libzmq reconnected
     up_free: float = 0.0  # when the pipe to the queen is next free (FIFO)
     down_free: float = 0.0
+    up_queued: int = 0  # sent to the queen, not yet delivered (nor lost)
 
     def identity(self) -> bytes:
         """The ROUTER identity the queen sees: new for a fresh connection, and new when
@@ -105,6 +146,7 @@ class Net:
     delay: tuple[float, float] = (0.0002, 0.002)
     slow: float = 0.02  # how often a message takes a slow path (50-250 ms)
     pub_hwm: int = 1000
+    up_hwm: int = 1_000_000
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _by_identity: dict[tuple[str, bytes], Conn] = field(default_factory=dict)
     _subs: dict[str, dict[Receiver, float]] = field(default_factory=dict)
@@ -139,12 +181,14 @@ class Net:
     def close(self, conn: Conn) -> None:
         conn.open = False  # what is in flight on it is lost
 
-    def send_up(self, conn: Conn, frames: list[bytes], *, keep_late: bool = False) -> None:
-        """A peer sends to its queen."""
+    def send_up(self, conn: Conn, frames: list[bytes], *, keep_late: bool = False) -> bool:
+        """A peer sends to its queen; False if its pipe is full (nothing was sent)."""
         q = self.queens.get(conn.queen)
+        if conn.up_queued >= self.up_hwm:
+            return False
         if not conn.open or q is None or not q.up or self.cut(conn.peer.name, conn.queen):
             self.lost += 1
-            return
+            return True
         if conn.incarnation != q.incarnation:
             conn.incarnation = q.incarnation  # reconnected by itself to the queen's new life
             conn.up_free = conn.down_free = 0.0
@@ -155,13 +199,17 @@ class Net:
         if keep_late:
             self.late.append((conn, frames))
 
+        conn.up_queued += 1
+
         def arrive() -> None:
+            conn.up_queued -= 1
             if (conn.open and q.up and q.incarnation == incarnation and conn.resets == resets
                     and not self.cut(conn.peer.name, conn.queen)):
                 q.deliver(conn.identity(), frames)
             else:
                 self.lost += 1
         self.clock.at(when, arrive)
+        return True
 
     def send_down(self, queen: str, identity: bytes, frames: list[bytes]) -> bool:
         """A queen sends to the connection of ``identity``; False if there is none (a
@@ -234,4 +282,4 @@ def garbage(rng: random.Random, size: int) -> list[bytes]:
     return [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, size))) for _ in range(n)]
 
 
-__all__ = ["Clock", "Conn", "Endpoint", "Event", "Net", "Receiver", "garbage"]
+__all__ = ["Clock", "Conn", "Endpoint", "Event", "Net", "ProcessClock", "Receiver", "garbage"]

@@ -306,10 +306,14 @@ class ClientSession:
         if pend is None:
             return False
         seq = body.get("seq", 0)
-        if seq <= pend.last_seq:
+        final = kind == "task.result" and not body.get("partial")
+        if seq <= pend.last_seq and not final:
             return True  # exactly once: a repeat of something already seen is dropped
-        pend.last_seq = seq
-        if kind == "task.result" and not body.get("partial"):
+        # (A final result ends a pending task whatever its number: a queen that lost the
+        # task's numbering — a power cut took back its last commits — numbers afresh,
+        # and its result must not be taken for a repeat. Only one ever ends it.)
+        pend.last_seq = max(pend.last_seq, seq)
+        if final:
             self.forget(task_id)
             self.out.append(Ended(task_id, body))
         else:

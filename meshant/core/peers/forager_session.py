@@ -168,6 +168,9 @@ class ForagerSession:
         self._accepts: dict[str, float] = {}
         # Final results sent lately: (when, message or batch item).
         self._sent: deque[tuple[float, Any]] = deque()
+        # Refs whose final result is kept (waiting in the outbox, or sent lately and kept
+        # for re-sending), with how many: what a new assignment of the same id forgets.
+        self._kept: dict[str, int] = {}
         self._orphans: set[str] = set()
         self._orphaned_since: float | None = None
         self._waiting_replies: set[str] = set()
@@ -268,6 +271,8 @@ class ForagerSession:
             self.outbox.append(p.Message("task.reject", {"reason": reason}, ref=ref,
                                          to="queen"))
             return
+        if ref in self.running or ref in self._kept or ref in self._ended_updates:
+            self._forget(ref)
         run = Run(ref, next(self._runs), str(body.get("task", ref)))
         self.running[ref] = run
         self._accepts[ref] = now + self.accept_delay
@@ -276,6 +281,24 @@ class ForagerSession:
                               p.unwrap_blob(body.get("payload")),
                               float(timeout) if isinstance(timeout, int | float) else None,
                               trace if isinstance(trace, str) else None))
+
+    def _forget(self, ref: str) -> None:
+        """A queen assigns an id this forager ran before: it restarted without knowing
+        that run (a task whose first journal write never happened is given attempt 1
+        again), so nothing of the old run may go to it as the new one's — not its
+        updates (their numbers would stand for the new run's), not its result when it
+        is sent again after a reconnect. The old run, if it still runs, is stopped."""
+        old = self.running.pop(ref, None)
+        if old is not None and not old.cancelled:
+            old.cancelled = True
+            self.out.append(Stop(ref, "assigned again"))
+        self.outbox = deque(m for m in self.outbox if m.ref != ref)
+        self._sent = deque((t, item) for t, item in self._sent if (
+            item.ref if isinstance(item, p.Message) else item.get("ref")) != ref)
+        self._kept.pop(ref, None)
+        self._ended_updates.pop(ref, None)
+        self._accepts.pop(ref, None)
+        self._singles = 0  # (what a batch split back left first: gone or sent singly)
 
     def assigns(self, items: list[Any], now: float) -> list[str]:
         """A ``task.assigns`` batch; returns what was malformed in it (to log)."""
@@ -394,6 +417,7 @@ class ForagerSession:
             while len(ended) > RESENT_MAX:
                 ended.popitem(last=False)
         self.outbox.append(p.Message("task.result", body, ref=ref, to="queen"))
+        self._kept[ref] = self._kept.get(ref, 0) + 1
         return True
 
     def stop_all(self) -> None:
@@ -551,9 +575,14 @@ class ForagerSession:
             keep = patience + 2.0
             while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
                 item = sent.popleft()[1]
+                ref = str(item.ref if isinstance(item, p.Message) else item.get("ref"))
+                n = self._kept.get(ref, 0) - 1
+                if n > 0:
+                    self._kept[ref] = n
+                else:
+                    self._kept.pop(ref, None)
                 if self._ended_updates:
-                    ref = item.ref if isinstance(item, p.Message) else item.get("ref")
-                    self._ended_updates.pop(str(ref), None)
+                    self._ended_updates.pop(ref, None)
         if self.draining and not self.running:
             if not self.outbox:
                 self.out.append(Leave())  # drained: leave (the queen is told on the way)

@@ -363,8 +363,10 @@ class PeerLink:
         return p.Message("hello", body, frm=self.name, to="queen", ts=self.port.wall())
 
     def _beat(self) -> None:
-        if self.send_now(p.Message("hb", self.role.hb_body(), to="queen")):
-            self.sess.sent(self._now, beat=True)
+        # Sent or not (a full pipe: the queen reads nothing of ours now anyway), the next
+        # beat is due an interval from now — else a full pipe would be tried flat out.
+        self.send_now(p.Message("hb", self.role.hb_body(), to="queen"))
+        self.sess.sent(self._now, beat=True)
 
     def act(self, now: float) -> None:
         """Carry out what the peer session decided, in order."""
