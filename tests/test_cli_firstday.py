@@ -6,32 +6,39 @@ as a user types it, against a real queen and foragers on free loopback ports."""
 
 from __future__ import annotations
 
+import os
 import select
 import signal
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import Procs
+from .test_cli import meshant
+from .test_cli_firsthour import _popen
 
 pytestmark = pytest.mark.slow
 
 
 def _lines_until(stream: Any, until: str, timeout: float = 30) -> list[str]:
     """Lines read from a process's pipe until one contains ``until`` (or the pipe ends, or
-    ``timeout`` passes: the caller's assertion then says what was missing)."""
-    seen: list[str] = []
+    ``timeout`` passes: the caller's assertion then says what was missing). Reads the file
+    descriptor itself: a text stream's buffer may hold lines that select never sees."""
+    seen = b""
+    fd = stream.fileno()
     deadline = time.monotonic() + timeout
-    while not any(until in x for x in seen):
+    while until.encode() not in seen:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([stream], [], [], left)[0]:
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             break
-        line = stream.readline()
-        if not line:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        seen.append(line)
-    return seen
+        seen += chunk
+    return seen.decode(errors="replace").splitlines(keepends=True)
 
 
 def _slow_liveness_queen(procs: Procs) -> str:
@@ -68,3 +75,60 @@ def test_a_name_in_use_is_said_at_once_not_as_a_missing_queen(procs: Procs) -> N
     assert again.stderr is not None
     err = again.stderr.read()
     assert "Asking once more" in err and "is it running" not in err, err
+
+
+# -- 2: a question without --stream ----------------------------------------------------------
+
+ASKER = '''\
+from meshant import Forager, TaskContext
+
+forager = Forager()
+
+
+@forager.task("plan")
+def plan(goal: str, ctx: TaskContext) -> str:
+    branch = ctx.ask("Which branch?", data={"choices": ["a", "b"]}, timeout=600)
+    return f"planned {goal} on {branch}"
+'''
+
+
+def _asker(procs: Procs, tmp_path: Path, ep: str, *extra: str) -> subprocess.Popen[str]:
+    (tmp_path / "asker.py").write_text(ASKER)
+    return procs.start("forager", "--queen", ep, "--json", "--app", "asker:forager", *extra,
+                       env={"PYTHONPATH": str(tmp_path)})[0]
+
+
+def test_submit_without_stream_shows_the_question_and_how_to_answer(procs: Procs,
+                                                                    tmp_path: Path) -> None:
+    _, ep = procs.queen()
+    _asker(procs, tmp_path, ep)
+    sub = _popen("submit", "--queen", ep, "plan", '"release"')
+    procs.all.append(sub)
+    assert sub.stderr is not None
+    said = "".join(_lines_until(sub.stderr, "meshant answer"))
+    assert 'asks: "Which branch?" {"choices": ["a", "b"]}' in said, said
+    task_id = said.split("task ", 1)[1].split()[0]
+    assert f"meshant answer {task_id} JSON" in said
+    r = meshant("answer", "--queen", ep, task_id, '"b"')
+    assert r.returncode == 0, r.stderr
+    out, err = sub.communicate(timeout=30)
+    assert sub.returncode == 0, err
+    assert out == '"planned release on b"\n'  # stdout keeps the result alone
+
+
+# -- 3: a mistyped capability from a script --------------------------------------------------
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+def test_a_script_is_told_at_once_that_no_forager_offers_it(procs: Procs,
+                                                            json_flag: list[str]) -> None:
+    _, ep = procs.queen()
+    procs.forager(ep)
+    sub = _popen("submit", "--queen", ep, "ecco", '"hi"', "--wait", "120", *json_flag)
+    procs.all.append(sub)
+    assert sub.stderr is not None  # a pipe, not a terminal: as a script runs it
+    said = "".join(_lines_until(sub.stderr, "offered now"))
+    assert sub.poll() is None  # said while the task waits, not when the 120 s are over
+    assert "no forager offers 'ecco' yet (offered now: echo, fail, sleep, stream)" in said
+    assert "up to 120 s" in said
+    sub.send_signal(signal.SIGINT)
+    assert sub.wait(30) == 130
