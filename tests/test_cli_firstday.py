@@ -6,6 +6,7 @@ as a user types it, against a real queen and foragers on free loopback ports."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -132,3 +133,39 @@ def test_a_script_is_told_at_once_that_no_forager_offers_it(procs: Procs,
     assert "up to 120 s" in said
     sub.send_signal(signal.SIGINT)
     assert sub.wait(30) == 130
+
+
+# -- 4: how --app finds a module -------------------------------------------------------------
+
+def test_app_as_a_file_path_and_errors_that_say_where_it_looked(procs: Procs,
+                                                                tmp_path: Path) -> None:
+    app = tmp_path / "apps" / "shouter.py"
+    app.parent.mkdir()
+    (app.parent / "words.py").write_text("def shout(p):\n    return str(p).upper() + '!'\n")
+    app.write_text("from meshant import Forager\nfrom words import shout\n"
+                   "forager = Forager()\nforager.add_handler('shout', shout)\n")
+    _, ep = procs.queen()
+    # A file path (any working directory), its sibling module imported as when it is run.
+    procs.forager(ep, "--app", f"{app}:forager")
+    r = meshant("submit", "--queen", ep, "shout", '"hi"')
+    assert r.returncode == 0 and json.loads(r.stdout) == "HI!", r.stderr
+    procs.forager(ep, "--app", str(app), "--name", "no-attr")  # :ATTR left out: its one
+    # A module that is not there: where it looked, and what to try.
+    r = meshant("forager", "--queen", ep, "--app", "shouter:forager",
+                env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    assert f"in the current directory ({os.getcwd()})" in line
+    assert f"on PYTHONPATH ({tmp_path})" in line
+    assert "--app path/to/shouter.py:ATTR" in line
+    # Found, but importing it fails: what it raised, and where, not a traceback.
+    bad = tmp_path / "broken.py"
+    bad.write_text("import words_that_are_not_there\n")
+    r = meshant("forager", "--queen", ep, "--app", f"{bad}:forager")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert (f"No module named 'words_that_are_not_there' ({bad}, line 1)") in r.stderr
+    r = meshant("forager", "--queen", ep, "--app", f"{app}:nope")
+    assert r.returncode == 2 and "has no attribute 'nope' (its Forager objects: forager)" \
+        in r.stderr
+    r = meshant("forager", "--help")
+    assert "path/to/mod.py:ATTR" in " ".join(r.stdout.split())
