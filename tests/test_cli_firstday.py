@@ -169,3 +169,26 @@ def test_app_as_a_file_path_and_errors_that_say_where_it_looked(procs: Procs,
         in r.stderr
     r = meshant("forager", "--help")
     assert "path/to/mod.py:ATTR" in " ".join(r.stdout.split())
+
+
+# -- 5: cancelled while it asks --------------------------------------------------------------
+
+def test_a_task_cancelled_in_ctx_ask_is_reported_cancelled_not_failed(procs: Procs,
+                                                                     tmp_path: Path) -> None:
+    _, ep = procs.queen()
+    (tmp_path / "asker.py").write_text(ASKER)
+    f, _ = procs.start("-v", "forager", "--queen", ep, "--json", "--app",
+                       str(tmp_path / "asker.py"))
+    sub = _popen("submit", "--queen", ep, "plan", '"release"', "--json")
+    procs.all.append(sub)
+    assert sub.stderr is not None
+    said = "".join(_lines_until(sub.stderr, "meshant answer"))
+    task_id = said.split("task ", 1)[1].split()[0]
+    r = meshant("cancel", "--queen", ep, task_id)
+    assert r.returncode == 0 and "cancelled" in r.stdout, r.stderr
+    assert sub.wait(30) == 1
+    assert json.loads(sub.communicate()[0])["state"] == "cancelled"
+    assert f.stderr is not None
+    log = "".join(_lines_until(f.stderr, f"task {task_id} (plan, attempt 1) cancelled"))
+    assert f"task {task_id} (plan, attempt 1) cancelled" in log, log
+    assert "failed" not in log and "Traceback" not in log and "TaskCancelled" not in log
