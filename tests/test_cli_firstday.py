@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,59 @@ def test_a_task_cancelled_in_ctx_ask_is_reported_cancelled_not_failed(procs: Pro
     log = "".join(_lines_until(f.stderr, f"task {task_id} (plan, attempt 1) cancelled"))
     assert f"task {task_id} (plan, attempt 1) cancelled" in log, log
     assert "failed" not in log and "Traceback" not in log and "TaskCancelled" not in log
+
+
+# -- 6: an extra that is missing --------------------------------------------------------------
+
+# Makes `import NAME` fail (and importlib.util.find_spec(NAME) answer None) for each NAME
+# in $BLOCK_MODULES, as where that extra was never installed.
+BLOCKER = """\
+import os
+import sys
+
+for name in os.environ.get("BLOCK_MODULES", "").split(","):
+    if name:
+        sys.modules[name] = None
+"""
+
+MISSING_EXTRAS = [
+    # (the module kept out, the command, the package the hint installs)
+    ("mcp", ["forager", "--queen", "QUEEN", "--mcp", "some-server"], "'mcp>="),
+    ("a2a", ["forager", "--queen", "QUEEN", "--a2a", "http://127.0.0.1:1"], "'a2a-sdk"),
+    ("mcp", ["mcp", "--queen", "QUEEN"], "'mcp>="),
+    ("a2a", ["a2a", "--queen", "QUEEN"], "'a2a-sdk"),
+    ("prometheus_client", ["queen", "--bind", "tcp://127.0.0.1:0", "--pub",
+                           "tcp://127.0.0.1:0", "--http", "0"], "'prometheus-client>="),
+    ("psycopg", ["tasks", "--journal", "postgresql://nobody@127.0.0.1:1/db"],
+     "'psycopg[binary]>="),
+]
+
+
+@pytest.mark.parametrize(("blocked", "args", "package"), MISSING_EXTRAS,
+                         ids=[f"{a[0]} {b}" for b, a, _ in MISSING_EXTRAS])
+def test_a_missing_extra_names_a_command_that_installs_it(running_queen: str, tmp_path: Path,
+                                                          blocked: str, args: list[str],
+                                                          package: str) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
+    r = meshant(*[running_queen if a == "QUEEN" else a for a in args],
+                env={"PYTHONPATH": str(tmp_path), "BLOCK_MODULES": blocked})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    # Not `pip install 'meshant[...]'`: meshant is not on PyPI. The extra's own
+    # requirements, with the pip of the interpreter meshant runs on.
+    assert "meshant[" not in line
+    hint = line.split("install it with: ", 1)[1]
+    assert hint.startswith(f"{shlex.quote(sys.executable)} -m pip install ") and package in hint
+    # ... a command pip takes as it is (here all is installed: nothing to fetch).
+    ran = subprocess.run([*shlex.split(hint), "--dry-run", "--no-index", "-q"],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+
+
+@pytest.fixture(scope="module")
+def running_queen() -> Any:
+    ps = Procs()
+    try:
+        yield ps.queen()[1]
+    finally:
+        ps.close()

@@ -171,10 +171,10 @@ def _overrides(conn: Connection, app: Forager, name: str | None, slots: int,
                    "(repeatable; '' for all).")
 @click.option("--mcp", "mcp_command", metavar="'COMMAND ARGS'",
               help="Serve every tool of this MCP server (started as a subprocess, spoken "
-                   "to over stdio) as a capability (needs meshant[mcp]).")
+                   "to over stdio) as a capability (needs the mcp extra).")
 @click.option("--a2a", "a2a_url", metavar="URL",
               help="Serve every skill of the A2A agent at URL (its card at "
-                   "URL/.well-known/agent-card.json) as a capability (needs meshant[a2a]).")
+                   "URL/.well-known/agent-card.json) as a capability (needs the a2a extra).")
 @click.option("--drain-timeout", type=float, default=600.0, show_default=True,
               help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
 @JSON_OPT
@@ -244,8 +244,9 @@ def _wrap(f: Forager, mcp_command: str | None, a2a_url: str | None) -> Any:
 
     extra, module = ("mcp", "mcp") if mcp_command is not None else ("a2a", "a2a")
     if importlib.util.find_spec(module) is None:
-        raise click.ClickException(f"--{extra} needs the {extra!r} extra: "
-                                   f"pip install 'meshant[{extra}]'")
+        from meshant._extras import needs
+
+        raise click.ClickException(needs(f"--{extra}", extra))
     from meshant.gateways.wrap import A2AWrap, MCPWrap
 
     w: Any = MCPWrap(mcp_command) if mcp_command is not None else A2AWrap(str(a2a_url))
