@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Procs
+from .conftest import Procs, wait_for
 from .test_cli import meshant
 from .test_cli_firsthour import _popen
 
@@ -250,3 +250,31 @@ def running_queen() -> Any:
         yield ps.queen()[1]
     finally:
         ps.close()
+
+
+# -- 7: the states users see -----------------------------------------------------------------
+
+def test_tasks_state_running_as_status_says_it(procs: Procs, tmp_path: Path) -> None:
+    _, ep = procs.queen("--journal", str(tmp_path / "q.db"))
+    procs.forager(ep)
+    assert meshant("submit", "--queen", ep, "echo", "1").returncode == 0
+    sub = _popen("submit", "--queen", ep, "sleep", '{"seconds": 60}', "--json")
+    procs.all.append(sub)
+
+    def running() -> list[dict[str, Any]]:
+        r = meshant("tasks", "--queen", ep, "--state", "running", "--json")
+        assert r.returncode == 0, r.stderr
+        return [json.loads(x) for x in r.stdout.splitlines()]
+
+    (rec,) = wait_for(running, 30, "the sleep task listed as running")
+    assert rec["capability"] == "sleep" and rec["state"] in ("assigned", "accepted")
+    st = json.loads(meshant("status", "--queen", ep, "--json").stdout)
+    assert st["running"] == 1  # the count the listing matches
+    r = meshant("tasks", "--queen", ep, "--state", "Running")
+    assert r.returncode == 0 and rec["id"] in r.stdout
+    r = meshant("tasks", "--queen", ep, "--state", "busy")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    assert "'busy' is not one of" in line and "'running'" in line and "'queued'" in line
+    assert meshant("cancel", "--queen", ep, rec["id"]).returncode == 0
+    assert sub.wait(30) == 1
