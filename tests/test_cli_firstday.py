@@ -278,3 +278,19 @@ def test_tasks_state_running_as_status_says_it(procs: Procs, tmp_path: Path) -> 
     assert "'busy' is not one of" in line and "'running'" in line and "'queued'" in line
     assert meshant("cancel", "--queen", ep, rec["id"]).returncode == 0
     assert sub.wait(30) == 1
+
+
+# -- 8: the exception's type in dead letters -------------------------------------------------
+
+def test_dlq_list_shows_the_exception_type(procs: Procs) -> None:
+    _, ep = procs.queen()
+    procs.forager(ep)
+    r = meshant("submit", "--queen", ep, "fail", '{"message": "nope"}', "--json")
+    task_id = json.loads(r.stdout)["id"]
+    r = meshant("dlq", "list", "--queen", ep)
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith(task_id)]
+    assert "handler-error" in line and line.endswith("DemoError: nope"), line
+    (rec,) = [json.loads(x) for x in meshant("dlq", "list", "--queen", ep, "--json")
+              .stdout.splitlines()]
+    assert rec["error"]["type"] == "DemoError"
