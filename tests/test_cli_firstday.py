@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from .conftest import Procs, wait_for
-from .test_cli import meshant
+from .test_cli import ROOT, meshant
 from .test_cli_firsthour import _popen
 
 pytestmark = pytest.mark.slow
@@ -294,3 +294,29 @@ def test_dlq_list_shows_the_exception_type(procs: Procs) -> None:
     (rec,) = [json.loads(x) for x in meshant("dlq", "list", "--queen", ep, "--json")
               .stdout.splitlines()]
     assert rec["error"]["type"] == "DemoError"
+
+
+# -- 9: the examples, run wrong -------------------------------------------------------------
+
+BAD_EXAMPLE_RUNS = [
+    ("embedded_forager.py", []),
+    ("embedded_forager.py", ["nonsense"]),
+    ("embedded_forager.py", ["tcp://127.0.0.1:5670", "extra"]),
+    ("async_client.py", ["nonsense"]),
+    ("async_client.py", ["a", "b"]),
+    ("legacy_forager.py", ["nonsense"]),
+    ("legacy_forager.py", ["a", "b", "c"]),
+    ("planner_graph.py", ["tcp://127.0.0.1:5670"]),
+    ("streaming_agent.py", ["tcp://127.0.0.1:5670"]),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), BAD_EXAMPLE_RUNS,
+                         ids=[f"{n} {' '.join(a) or '(none)'}" for n, a in BAD_EXAMPLE_RUNS])
+def test_an_example_run_wrong_says_its_usage_and_exits_2(name: str, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MESHANT_QUEEN"}
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"usage: python examples/{name}" in r.stderr
+    assert len(r.stderr.splitlines()) <= 2  # the usage, and what was wrong when it says
