@@ -320,3 +320,27 @@ def test_an_example_run_wrong_says_its_usage_and_exits_2(name: str, args: list[s
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"usage: python examples/{name}" in r.stderr
     assert len(r.stderr.splitlines()) <= 2  # the usage, and what was wrong when it says
+
+
+# -- 10: a failed graph's last line -----------------------------------------------------------
+
+def test_graph_submit_wait_json_ends_naming_the_failed_node(procs: Procs,
+                                                           tmp_path: Path) -> None:
+    _, ep = procs.queen()
+    procs.forager(ep)
+    doc = {"nodes": {"ok": {"capability": "echo", "payload": 1},
+                     "bad": {"capability": "fail", "payload": {"message": "no"}},
+                     "after": {"capability": "echo", "payload": {"$result": "bad"}}}}
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    r = meshant("graph", "submit", "--queen", ep, str(tmp_path / "g.json"), "--wait",
+                "--json")
+    assert r.returncode == 1, r.stderr
+    *nodes, end = [json.loads(x) for x in r.stdout.splitlines()]
+    assert {n["node"]: n["state"] for n in nodes} == {"ok": "completed", "bad": "failed",
+                                                      "after": "cancelled"}
+    assert end == {"graph": nodes[0]["graph"], "state": "failed", "failed": "bad"}
+    # A graph that completes names none.
+    (tmp_path / "ok.json").write_text(json.dumps({"nodes": {"a": {"capability": "echo"}}}))
+    r = meshant("graph", "submit", "--queen", ep, str(tmp_path / "ok.json"), "--wait",
+                "--json")
+    assert r.returncode == 0 and "failed" not in json.loads(r.stdout.splitlines()[-1])
