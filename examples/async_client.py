@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from meshant import AsyncClient, Forager, Queen
+from meshant import AsyncClient, ConfigError, Forager, MeshantError, Queen
 from meshant.apps.builtin import add_builtins
+
+USAGE = "usage: python examples/async_client.py [QUEEN_ENDPOINT]  (none: its own queen)"
 
 
 async def run(endpoint: str) -> list[object]:
@@ -25,8 +27,19 @@ async def run(endpoint: str) -> list[object]:
 
 
 def main() -> int:
-    if len(sys.argv) > 1:
-        asyncio.run(run(sys.argv[1]))
+    args = sys.argv[1:]
+    if len(args) > 1 or args[:1] in (["-h"], ["--help"]):
+        print(USAGE, file=sys.stderr if len(args) > 1 else sys.stdout)
+        return 2 if len(args) > 1 else 0
+    if args:
+        try:
+            asyncio.run(run(args[0]))
+        except ConfigError as e:  # not an endpoint
+            print(f"error: {e}\n{USAGE}", file=sys.stderr)
+            return 2
+        except MeshantError as e:  # no queen answered, or the work failed
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     queen = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0").start()
     forager = Forager(queen.endpoint, slots=4)

@@ -7,7 +7,8 @@ Run against a queen (``meshant queen`` in another terminal):
     python examples/embedded_forager.py tcp://127.0.0.1:5670
     meshant submit word_count '"the quick brown fox"'
 
-Set SECONDS_TO_RUN to stop after that long (CI runs it that way); default: until Ctrl-C.
+MESHANT_QUEEN may give the endpoint instead. Set SECONDS_TO_RUN to stop after that long
+(CI runs it that way); default: until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import os
 import sys
 import time
 
-from meshant import Forager, TaskContext
+from meshant import ConfigError, Forager, MeshantError, TaskContext
 
-forager = Forager(sys.argv[1] if len(sys.argv) > 1 else None, slots=2)
+USAGE = ("usage: python examples/embedded_forager.py QUEEN_ENDPOINT  (the queen's, e.g. "
+         "tcp://127.0.0.1:5670 for `meshant queen`; or set MESHANT_QUEEN)")
+
+forager = Forager(slots=2)  # its queen is the command line's, given in main()
 
 
 @forager.task("word_count")
@@ -29,8 +33,25 @@ def word_count(text: str, ctx: TaskContext) -> dict[str, int]:
     return {"words": len(words)}
 
 
-def main() -> None:
-    forager.start(timeout=10)  # returns once the queen has welcomed us
+def main() -> int:
+    args = sys.argv[1:]
+    if args in (["-h"], ["--help"]):
+        print(__doc__.strip() + "\n\n" + USAGE)
+        return 0
+    queen = args[0] if len(args) == 1 else None if args else os.environ.get("MESHANT_QUEEN")
+    if not queen:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        forager.configure(queen, discover=False)
+    except ConfigError as e:
+        print(f"error: {e}\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        forager.start(timeout=10)  # returns once the queen has welcomed us
+    except MeshantError as e:  # no queen answered within the 10 s, or it refused us
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps({"event": "ready", "name": forager.name}), flush=True)
     deadline = time.monotonic() + float(os.environ.get("SECONDS_TO_RUN", "inf"))
     try:
@@ -41,7 +62,8 @@ def main() -> None:
         pass
     finally:
         forager.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

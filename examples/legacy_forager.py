@@ -27,13 +27,27 @@ import zmq
 TOOLS = {"echo": lambda p: p, "upper": lambda p: str(p).upper()}
 
 
-def main() -> None:
-    endpoint = sys.argv[1] if len(sys.argv) > 1 else "tcp://127.0.0.1:5670"
-    name = sys.argv[2] if len(sys.argv) > 2 else "legacy-" + secrets.token_hex(3)
+USAGE = ("usage: python examples/legacy_forager.py [QUEEN_ENDPOINT [NAME]]  (default "
+         "tcp://127.0.0.1:5670, where `meshant queen` listens)")
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    if len(args) > 2 or args[:1] in (["-h"], ["--help"]):
+        print(USAGE, file=sys.stderr if len(args) > 2 else sys.stdout)
+        return 2 if len(args) > 2 else 0
+    endpoint = args[0] if args else "tcp://127.0.0.1:5670"
+    name = args[1] if len(args) > 1 else "legacy-" + secrets.token_hex(3)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 500)
-    sock.connect(endpoint)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as e:  # (EINVAL, EPROTONOSUPPORT: not an endpoint)
+        sock.close()
+        ctx.term()
+        print(f"error: cannot connect to {endpoint!r}: {e}\n{USAGE}", file=sys.stderr)
+        return 2
     counter = itertools.count(1)
     running = True
 
@@ -89,7 +103,8 @@ def main() -> None:
             last_hb = time.monotonic()
     sock.close()
     ctx.term()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,6 +35,11 @@ def join(parts: list[str]) -> str:
 
 
 def main() -> int:
+    asked = sys.argv[1:] in (["-h"], ["--help"])
+    if sys.argv[1:]:  # (an endpoint given here would be ignored: say so)
+        print("usage: python examples/planner_graph.py  (no arguments: it starts its own queen "
+              "on a free loopback port)", file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     queen = Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0").start()
     agent = Forager(queen.endpoint, name="agent-1", slots=4)
     for cap, fn in (("plan", plan), ("summarise", summarise), ("join", join)):

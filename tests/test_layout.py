@@ -17,7 +17,7 @@ PACKAGE = Path(meshant.__file__).parent
 # (observe) are used by the actors; applications (apps: the demo, the benchmarks;
 # the conformance kit; the simulator) use the actors; the command line uses them all.
 LAYERS: list[tuple[str, ...]] = [
-    ("meshant._version", "meshant.errors"),
+    ("meshant._version", "meshant._extras", "meshant.errors"),
     ("meshant.protocol",),
     ("meshant.core",),
     ("meshant.storage",),

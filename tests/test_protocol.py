@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,38 @@ def test_spec_kind_table_matches_the_code() -> None:
     for k in KINDS:
         for f in k.fields:
             assert f"`{f.name}`{'*' if f.required else ''}:" in rows[k.code][1], (k.name, f.name)
+
+
+def _top_level_names(fields: str) -> list[str]:
+    """``graph, state, node_states: [{node, …}…], failed?`` → graph, state, node_states,
+    failed: the names of a body's own fields, not those nested in a value."""
+    names, depth, current = [], 0, ""
+    for ch in fields + ",":
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            m = re.match(r"\s*([a-z_]+)", current)
+            if m:
+                names.append(m.group(1))
+            current = ""
+        else:
+            current += ch
+    return names
+
+
+def test_the_kind_table_has_every_field_section_7d_gives_a_graph_kind() -> None:
+    # §7d defines each graph message's body in full (`graph.result {graph, state, …}`);
+    # the kind table (and the spec's §4, made from it) must not know fewer fields.
+    spec = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    section = spec.split("## 7d.")[1].split("\n## ")[0]
+    by_name = {k.name: k for k in KINDS}
+    seen = set()
+    for m in re.finditer(r"`(graph\.[a-z]+) \{([^`]*?)\}", section):
+        kind = by_name[m.group(1)]
+        seen.add(kind.name)
+        known = {f.name for f in kind.fields}
+        missing = [n for n in _top_level_names(m.group(2)) if n not in known]
+        assert not missing, (kind.name, missing)
+    assert {"graph.state", "graph.result"} <= seen

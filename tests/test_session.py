@@ -72,7 +72,10 @@ def test_rate_limited_and_name_taken_once_are_waited_out_other_refusals_are_fina
     assert s.next_deadline() <= 2.0 and s.state is State.HELLO
     s.hello_sent("h2", 2.0)
     assert s.on_error("h2", "name-taken", "held", 3.0, 2.0)  # once: wait for it to expire
-    assert s.state is State.HELLO and s.take() == []
+    # ... said at once, and while it waits, the queen (which answered) is not missed.
+    assert s.state is State.HELLO and s.take() == [ses.NameHeld("held", 3.0)]
+    s.tick(4.5)
+    assert not any(isinstance(a, ses.StillWaiting) for a in s.take())
     s.hello_sent("h3", 5.0)
     assert s.on_error("h3", "name-taken", "held", 3.0, 5.0)  # twice: final
     (r,) = s.take()

@@ -33,7 +33,7 @@ from meshant.actors.handlers import Handler, TaskContext, positional_args
 from meshant.actors.workers import Workers
 from meshant.core.peers import forager_session as fs_
 from meshant.core.peers.forager_session import RESENT_MAX, ForagerSession
-from meshant.errors import ConfigError, Timeout, from_error_body
+from meshant.errors import ConfigError, TaskCancelled, Timeout, from_error_body
 from meshant.observe import tracing
 from meshant.protocol.codes import Code
 
@@ -487,6 +487,12 @@ class Forager(Peer):
             del self.running[ctx.ref]
 
     def _failed(self, h: Handler, ctx: TaskContext, e: BaseException) -> dict[str, Any]:
+        if isinstance(e, TaskCancelled) and ctx.is_cancelled:
+            # ctx.ask (or another wait) raising because the task was cancelled: the
+            # task's outcome, not the handler's failure.
+            log.info("%s: task %s (%s, attempt %d) cancelled", self.name, ctx.task_id,
+                     ctx.capability, ctx.attempt)
+            return {"status": "cancelled"}
         body = h.failed(e)
         # The person running this forager sees the failure where it happened, the whole
         # traceback; the submitter gets the bounded one in the result.

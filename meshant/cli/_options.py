@@ -77,16 +77,18 @@ class Connection:
         return None if self.discover else self.queen
 
     @contextmanager
-    def client(self, follow_leader: bool = True) -> Iterator[Client]:
+    def client(self, follow_leader: bool = True,
+               on_progress: Callable[[str, Any], Any] | None = None) -> Iterator[Client]:
         """A connected Client, closed on the way out. Failing to connect, and any
         MeshantError or ValueError while it is used, become a one-line click error
         (exit 1); but a standby's ``not-leader`` is raised as the ``Refused`` it is when
-        ``follow_leader`` is False (``meshant status`` reports it)."""
+        ``follow_leader`` is False (``meshant status`` reports it). ``on_progress``: the
+        Client's, called in its I/O thread with each update of a task it submitted."""
         from meshant.actors.client import Client
         from meshant.actors.config import ClientConfig
 
         try:
-            c = Client(self.endpoint,
+            c = Client(self.endpoint, on_progress=on_progress,
                        config=ClientConfig(timeout=self.timeout, follow_leader=follow_leader,
                                            name=self.default_name("client"),
                                            **self.peer_kwargs()))

@@ -33,8 +33,10 @@ def dlq_list(conn: Connection, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(it, default=jsonable))
         else:
+            # The exception's type first, as `meshant task ID` shows it: often the gist.
+            kind = f"{err['type']}: " if err.get("type") else ""
             click.echo(f"{it['task']:28} {it['capability']:14} {err.get('cause', '?'):18} "
-                       f"{err.get('message', '')[:60]}")
+                       f"{(kind + str(err.get('message', '')))[:80]}")
     if not as_json:
         click.echo(f"{len(items)} dead letter(s)", err=True)
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import os
 import sys
 import threading
+import traceback
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,26 +22,91 @@ from meshant.errors import MeshantError
 
 
 def load_app(spec: str) -> Any:
-    """Import ``module:attribute`` (a Forager, a dict of capability → handler, or a function)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise click.BadParameter("expected module:attribute", param_hint="--app")
-    sys.path.insert(0, ".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise click.BadParameter(f"cannot import {module_name!r}: {e}", param_hint="--app")
+    """The ``--app``: ``MODULE[:ATTR]`` imported as Python imports it (the current
+    directory first, then PYTHONPATH, then installed packages), or ``FILE.py[:ATTR]``
+    loaded from that path (its directory first on sys.path, so its siblings import as
+    when it is run). ATTR names a Forager, a dict of capability → handler, or a function;
+    without it, the module's one Forager. An error says where it looked."""
+    where, sep, attr = spec.rpartition(":")
+    if not sep:
+        where, attr = spec, ""
+    if not where:
+        raise click.BadParameter("expected MODULE:ATTR or path/to/file.py:ATTR",
+                                 param_hint="--app")
+    is_file = where.endswith(".py") or "/" in where or os.sep in where
+    module = _import_file(where) if is_file else _import_module(where)
+    shown = where
+    found = [k for k, v in vars(module).items() if isinstance(v, Forager)]
     if not attr:
-        found = [v for v in vars(module).values() if isinstance(v, Forager)]
         if len(found) != 1:
-            raise click.BadParameter(f"{module_name!r} has {len(found)} Forager objects; "
-                                     "name one as module:attribute", param_hint="--app")
-        return found[0]
+            raise click.BadParameter(f"{shown!r} has {len(found)} Forager objects"
+                                     + (f" ({', '.join(found)})" if found else "")
+                                     + "; name one as MODULE:ATTR", param_hint="--app")
+        return getattr(module, found[0])
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise click.BadParameter(f"{module_name!r} has no attribute {attr!r}",
+        has = f" (its Forager objects: {', '.join(found)})" if found else ""
+        raise click.BadParameter(f"{shown!r} has no attribute {attr!r}{has}",
                                  param_hint="--app") from None
+
+
+def _import_module(name: str) -> Any:
+    cwd = os.getcwd()
+    # The console script, unlike `python -m`, does not put the current directory first.
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+            raise _broken(name, e) from None  # the module is there; an import in it fails
+        path = os.environ.get("PYTHONPATH")
+        top, dot, _ = name.partition(".")
+        holds = f"the package {top}/" if dot else f"{top}.py"
+        raise click.BadParameter(
+            f"cannot import {name!r}: no module {e.name!r} in the current directory ({cwd}), "
+            f"on PYTHONPATH ({path or 'not set'}) or in the installed packages; run this "
+            f"from the directory that holds {holds}, add that directory to PYTHONPATH, or "
+            f"give the file's path: --app path/to/{name.rpartition('.')[2]}.py:ATTR",
+            param_hint="--app") from None
+    except Exception as e:
+        raise _broken(name, e) from None
+
+
+def _import_file(path: str) -> Any:
+    file = Path(path)
+    if not file.is_file():
+        raise click.BadParameter(f"cannot import {path!r}: no such file (from {os.getcwd()})",
+                                 param_hint="--app")
+    name = file.stem if file.stem.isidentifier() else "meshant_app"
+    if name in sys.modules:  # (never shadow a module already imported: json.py, queue.py)
+        name = f"meshant_app_{name}"
+    sys.path.insert(0, str(file.resolve().parent))
+    loader_spec = importlib.util.spec_from_file_location(name, file)
+    if loader_spec is None or loader_spec.loader is None:
+        raise click.BadParameter(f"cannot import {path!r}: not a Python file",
+                                 param_hint="--app")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module  # (dataclasses and pickle look a module up by name)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise _broken(path, e) from None
+    return module
+
+
+def _broken(name: str, e: BaseException) -> click.BadParameter:
+    """The module was found but importing it failed: what it raised, and where in it."""
+    at = ""
+    if isinstance(e, SyntaxError) and e.filename:
+        at = f" ({e.filename}, line {e.lineno})"
+    elif e.__traceback__ is not None:
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        at = f" ({frame.filename}, line {frame.lineno})"
+    what = e.msg if isinstance(e, SyntaxError) else str(e)
+    return click.BadParameter(f"cannot import {name!r}: importing it raised "
+                              f"{type(e).__name__}: {what}{at}", param_hint="--app")
 
 
 def _serve(f: Forager, app: str, target: Any) -> None:
@@ -82,9 +151,12 @@ def _overrides(conn: Connection, app: Forager, name: str | None, slots: int,
 @click.command()
 @peer_options
 @click.option("--app", "-a", "app", metavar="MODULE:ATTR",
-              help="Handlers to serve: a Forager object, a dict of capability → function, "
-                   "or a function (its name is the capability). Default: the demo "
-                   "capabilities echo, sleep, fail and stream.")
+              help="Handlers to serve: ATTR names a Forager object, a dict of capability "
+                   "→ function, or a function (its name is the capability); without :ATTR, "
+                   "the module's one Forager. MODULE is imported from the current "
+                   "directory, then PYTHONPATH, then the installed packages; or give a "
+                   "file, path/to/mod.py:ATTR. Default: the demo capabilities echo, sleep, "
+                   "fail and stream.")
 @click.option("--name", "-n", help="Forager name (default: the --app Forager's, else "
               "forager-<host>-<pid>-<rand>).")
 @click.option("--slots", "-s", type=click.IntRange(1, 10_000), default=1, show_default=True,
@@ -99,10 +171,10 @@ def _overrides(conn: Connection, app: Forager, name: str | None, slots: int,
                    "(repeatable; '' for all).")
 @click.option("--mcp", "mcp_command", metavar="'COMMAND ARGS'",
               help="Serve every tool of this MCP server (started as a subprocess, spoken "
-                   "to over stdio) as a capability (needs meshant[mcp]).")
+                   "to over stdio) as a capability (needs the mcp extra).")
 @click.option("--a2a", "a2a_url", metavar="URL",
               help="Serve every skill of the A2A agent at URL (its card at "
-                   "URL/.well-known/agent-card.json) as a capability (needs meshant[a2a]).")
+                   "URL/.well-known/agent-card.json) as a capability (needs the a2a extra).")
 @click.option("--drain-timeout", type=float, default=600.0, show_default=True,
               help="On SIGTERM, seconds to finish running tasks before stopping anyway.")
 @JSON_OPT
@@ -172,8 +244,9 @@ def _wrap(f: Forager, mcp_command: str | None, a2a_url: str | None) -> Any:
 
     extra, module = ("mcp", "mcp") if mcp_command is not None else ("a2a", "a2a")
     if importlib.util.find_spec(module) is None:
-        raise click.ClickException(f"--{extra} needs the {extra!r} extra: "
-                                   f"pip install 'meshant[{extra}]'")
+        from meshant._extras import needs
+
+        raise click.ClickException(needs(f"--{extra}", extra))
     from meshant.gateways.wrap import A2AWrap, MCPWrap
 
     w: Any = MCPWrap(mcp_command) if mcp_command is not None else A2AWrap(str(a2a_url))

@@ -2,7 +2,8 @@
 
 Each runs a client of the colony (the usual connection options) and serves it: A2A over
 HTTP, MCP over stdio or streamable HTTP. The SDKs are imported only when the command
-runs (``pip install 'meshant[a2a]'`` / ``'meshant[mcp]'``).
+runs (the a2a and mcp extras; a missing one is named with the command that installs it:
+:func:`meshant._extras.install_hint`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ def _need(module: str, extra: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
-        raise click.ClickException(f"this command needs the {extra!r} extra: "
-                                   f"pip install 'meshant[{extra}]'")
+        from meshant._extras import needs
+
+        raise click.ClickException(needs("this command", extra))
 
 
 def http_options(default_port: int) -> Callable[[F], F]:

@@ -73,7 +73,8 @@ def graph_submit(conn: Connection, source: str, wait_: bool, timeout: float | No
     The queen checks the whole graph first (cycles, missing or duplicate names, its
     --max-graph-nodes): a bad graph is refused with the reason, and nothing runs. With
     --wait --json, one line per node as it finishes ({"graph", "node", "id", "state",
-    "result"|"error"}) and a last line {"graph", "state"}.
+    "result"|"error"}) and a last line {"graph", "state"}, with "failed" naming the node
+    that failed when the graph did.
     """
     nodes = _read(source)
     with conn.client() as client:
@@ -105,13 +106,17 @@ def graph_submit(conn: Connection, source: str, wait_: bool, timeout: float | No
                                        f"{timeout:g} s; it goes on (meshant graph status "
                                        f"{handle.id})") from None
         state = handle.state or "failed"
+        end: dict[str, Any] = {"graph": handle.id, "state": state}
         try:
             handle.result(5.0)
         except MeshantError as e:
+            failed = getattr(e, "failed", None)  # GraphFailed: graph.result's node
+            if failed:
+                end["failed"] = failed
             if not as_json:
                 click.echo(f"graph {handle.id} {state}: {e.message}", err=True)
         if as_json:
-            click.echo(json.dumps({"graph": handle.id, "state": state}))
+            click.echo(json.dumps(end))
         if state != "completed":
             sys.exit(1)
 

@@ -23,6 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
 STATES = ("queued", "assigned", "accepted", "input-required", "completed", "failed",
           "cancelled")
+# What `meshant status` and the dashboard count as running: on a forager, its slot held.
+RUNNING = ("assigned", "accepted", "input-required")
 
 JOURNAL_OPT = click.option("--journal", metavar="PATH|URL", envvar="MESHANT_JOURNAL",
                            help="Read this journal (its SQLite file, or its PostgreSQL "
@@ -99,7 +101,9 @@ def _why(state: str, why: str) -> str:
 
 @click.command()
 @journal_options
-@click.option("--state", type=click.Choice(STATES), help="Only tasks in this state.")
+@click.option("--state", type=click.Choice((*STATES, "running"), case_sensitive=False),
+              help="Only tasks in this state; running: assigned, accepted or input-required "
+                   "(as meshant status counts them).")
 @click.option("--capability", help="Only tasks of this capability.")
 @click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
 @JSON_OPT
@@ -107,10 +111,13 @@ def tasks(conn: Connection, journal: str | None, state: str | None, capability: 
           limit: int, as_json: bool) -> None:
     """List the running queen's journaled tasks, newest first."""
     j = _open_journal(_locate(conn, journal))
+    states = RUNNING if state == "running" else (state,)
     try:
-        rows = j.tasks(state, capability, limit)
+        rows = [r for s in states for r in j.tasks(s, capability, limit)]
     finally:
         j.close()
+    if len(states) > 1:
+        rows = sorted(rows, key=lambda r: r["created"], reverse=True)[:limit]
     for r in rows:
         if as_json:
             click.echo(json.dumps({k: r[k] for k in ("id", "capability", "state", "attempt",

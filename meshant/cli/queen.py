@@ -147,8 +147,8 @@ def _stop_on_signals(stop: Any) -> None:
               help="Seconds an open circuit waits before letting one trial through.")
 @click.option("--http", envvar="MESHANT_HTTP", show_envvar=True, metavar="[HOST:]PORT",
               help="Serve /metrics (Prometheus), /healthz and a live dashboard on this "
-                   "address (a bare PORT is on loopback; 0 picks one). Needs "
-                   "meshant[dashboard]. Off by default.")
+                   "address (a bare PORT is on loopback; 0 picks one). Needs the "
+                   "dashboard extra (prometheus-client). Off by default.")
 @click.option("--http-token", envvar="MESHANT_HTTP_TOKEN", show_envvar=True, metavar="TOKEN",
               help="Allow the dashboard's actions (drain, halt, cancel, dlq retry) to "
                    "requests bearing this token; without it the dashboard is read-only.")

@@ -66,6 +66,20 @@ def _print_update(task_id: str, u: Any, as_json: bool) -> None:
                                      else f"{(u.fraction or 0) * 100:.0f}% {u.note or ''}"))
 
 
+def _say_question(task_id: str, u: Any) -> None:
+    """Without --stream, a task's question (and its withdrawal) still reaches the person
+    waiting, on stderr (stdout keeps the results): the task waits for an answer, and
+    nothing else would say so. Called in the client's I/O thread."""
+    if u.kind == "input-required":
+        data = (u.value or {}).get("data")
+        click.echo(f"task {task_id} asks: {json.dumps(jsonable((u.value or {}).get('prompt')))}"
+                   + (f" {json.dumps(jsonable(data))}" if data is not None else "")
+                   + f"\n  it waits for your answer: meshant answer {task_id} JSON "
+                   "(e.g. '\"yes\"'), from another shell", err=True)
+    elif u.kind == "withdrawn":
+        click.echo(f"task {task_id} no longer waits for an answer to {u.request}", err=True)
+
+
 def _outcome(fut: Any, t0: float) -> dict[str, Any]:
     """The task's end as the --json record prints it."""
     try:
@@ -98,12 +112,14 @@ def _offered_text(offered: list[str]) -> str:
 
 
 def _say_missing(capability: str, to: str | None, want: dict[str, Any],
-                 offered: list[str]) -> None:
+                 offered: list[str], wait: float | None) -> None:
     who = f"forager {to!r}" if to else "forager"
     if want:
         who += " labelled " + ",".join(f"{k}={json.dumps(v)}" for k, v in want.items())
-    click.echo(f"no {who} offers {capability!r} yet ({_offered_text(offered)}); waiting for "
-               "one to join (Ctrl-C cancels)", err=True)
+    how_long = (f"up to {wait:g} s" if wait is not None
+                else "up to the queen's --no-forager-wait (30 s by default)")
+    click.echo(f"no {who} offers {capability!r} yet ({_offered_text(offered)}); waiting "
+               f"{how_long} for one to join (Ctrl-C cancels)", err=True)
 
 
 def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> None:
@@ -164,9 +180,10 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
     a string payload is JSON too: '"hello"'.
 
-    On a terminal it says at once when no forager offers CAPABILITY yet. Ctrl-C (or
-    SIGTERM) cancels the tasks not finished yet (--keep-running leaves them running) and
-    exits 130.
+    It says at once, on stderr, when no forager offers CAPABILITY yet (and which are
+    offered), and when a task asks a question (answer it with `meshant answer TASK_ID
+    JSON`). Ctrl-C (or SIGTERM) cancels the tasks not finished yet (--keep-running leaves
+    them running) and exits 130.
     Exits 1 if any task failed.
     """
     payloads = _payloads(payload, count)
@@ -181,14 +198,15 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
     failed = 0
     # SIGTERM (a supervisor, `timeout`) cancels as Ctrl-C does.
     old_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    with conn.client() as client:
+    with conn.client(on_progress=None if stream else _say_question) as client:
         started = time.monotonic()
         futures: list[tuple[Any, float]] = []
         try:
-            if sys.stderr.isatty() and not as_json:
+            if wait != 0:  # (with --wait 0 the task's own error says it, at once)
+                # Said on a terminal and from a script alike: stderr is for the person.
                 fits, offered = _offered(client, capability, to, want)
                 if not fits:
-                    _say_missing(capability, to, want, offered)
+                    _say_missing(capability, to, want, offered, wait)
             for pl in payloads:
                 futures.append((client.submit(capability, pl, **kw), time.monotonic()))
             failed = _collect(client, futures, capability, stream, as_json, started)

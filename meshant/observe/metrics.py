@@ -14,8 +14,6 @@ from typing import Any
 from meshant.errors import MeshantError
 from meshant.observe.snapshot import BUCKETS
 
-MISSING = ("the queen's --http needs prometheus-client: pip install 'meshant[dashboard]'")
-
 # (metric, help, snapshot key) for the per-capability task counters.
 _TASK_COUNTERS = (
     ("meshant_tasks_submitted", "Tasks submitted, per capability.", "submitted"),
@@ -52,7 +50,10 @@ def registry_for(snapshot: Callable[[], dict[str, Any] | None]) -> Any:
     try:
         from prometheus_client.core import CollectorRegistry
     except ImportError:
-        raise MeshantError(MISSING) from None
+        from meshant._extras import needs
+
+        raise MeshantError(needs("the queen's --http (prometheus-client)",
+                                 "dashboard")) from None
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(snapshot))
     return reg
@@ -155,4 +156,4 @@ class _Collector:
         return []
 
 
-__all__ = ["MISSING", "exposition", "registry_for"]
+__all__ = ["exposition", "registry_for"]

@@ -7,7 +7,7 @@ Every write of a leader is fenced by its term: its transaction first takes the l
 ``FOR SHARE`` and finds its own term there, or writes nothing and raises
 :class:`~meshant.storage.records.Deposed`. A takeover (which bumps the term) waits for a
 write in progress and fences every later one. psycopg 3 is an optional dependency
-(``pip install 'meshant[postgres]'``).
+(the ``postgres`` extra).
 """
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise JournalError("a PostgreSQL journal needs psycopg 3: pip install "
-                           "'meshant[postgres]'") from None
+        from meshant._extras import needs
+
+        raise JournalError(needs("a PostgreSQL journal (psycopg 3)", "postgres")) from None
     return psycopg
 
 

@@ -321,9 +321,6 @@ class PeerLink:
         self.choice.error_body = b
         if self.sess.on_error(msg.ref, code, b["message"], b.get("retry_after"), now,
                               b.get("leader")):
-            if code == Code.NAME_TAKEN and not self.sess.out:
-                self.port.log("info", f"{self.name}: name still held; asking again in "
-                              f"{b.get('retry_after')} s")
             self.act(now)
             return
         if self.memory is not None and self.memory.on_error(msg):
@@ -412,6 +409,12 @@ class PeerLink:
                     port.forgotten()
                 case ses.Refused(code=code, message=message):
                     port.refused(code, message, self.choice.error_body)
+                case ses.NameHeld(message=message, retry_after=retry_after):
+                    # Said at once: the queen is there, the name is the trouble.
+                    port.log("warning", f"{self.name}: {message}. Asking once more in "
+                             f"{max(1.0, retry_after):.0f} s, in case the holder is an "
+                             f"earlier life of this {self.role.role}, dead but not yet "
+                             "declared offline")
                 case ses.StillWaiting(waited=waited):
                     port.waiting(waited)
 

@@ -8,8 +8,8 @@ States (``TRANSITIONS`` is the whole lifecycle; every change goes through ``_mov
       └─refusal─► refused └──close──► closed
 
 * ``hello``: saying hello, again after a backoff until answered. ``rate-limited`` and
-  ``name-taken`` (once, when its holder would be declared offline by then) are waited
-  out; any other refusal is final.
+  ``name-taken`` (once, when its holder would be declared offline by then, said at once
+  with ``NameHeld``) are waited out; any other refusal is final.
 * ``active``: welcomed. The queen's silence for ``hb_interval × hb_misses``, or a new
   epoch on its heartbeat, means it is gone or restarted: reconnect (a fresh connection)
   and hello again. ``not-registered`` means it forgot us: hello again on this connection.
@@ -96,6 +96,16 @@ class StillWaiting:
 
 
 @dataclass(frozen=True, slots=True)
+class NameHeld:
+    """Tell the person: the queen says our name is held (``message``); we ask once more
+    in ``retry_after`` seconds, when a dead holder (an earlier life of ours) would have
+    been declared offline."""
+
+    message: str
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
 class Redirect:
     """The queen is a standby: say hello to ``leader`` next (empty: to the next queen
     endpoint this peer knows)."""
@@ -103,7 +113,8 @@ class Redirect:
     leader: str
 
 
-Action = SayHello | Welcomed | Lost | Forgotten | Refused | Beat | StillWaiting | Redirect
+Action = (SayHello | Welcomed | Lost | Forgotten | Refused | Beat | StillWaiting | NameHeld
+          | Redirect)
 
 # Reconnecting: the first hello retry within 0.25 s, doubling up to 5 s, jittered so a
 # colony of peers does not come back in lock-step.
@@ -240,6 +251,9 @@ class PeerSession:
             self._name_retried = True
             self._next_hello = now + float(retry_after)
             self.hello_id = ""
+            # The queen answered: "still waiting for the queen" would mislead meanwhile.
+            self._next_wait_say = self._next_hello + WAIT_SAID_FIRST
+            self.out.append(NameHeld(message, float(retry_after)))
             return True
         self._move(State.REFUSED)
         self.out.append(Refused(code, message))
@@ -322,5 +336,5 @@ class PeerSession:
         self.out.append(SayHello())
 
 
-__all__ = ["TRANSITIONS", "Action", "Beat", "Forgotten", "Lost", "PeerSession", "Redirect",
-           "Refused", "SayHello", "State", "StillWaiting", "Welcomed"]
+__all__ = ["TRANSITIONS", "Action", "Beat", "Forgotten", "Lost", "NameHeld", "PeerSession",
+           "Redirect", "Refused", "SayHello", "State", "StillWaiting", "Welcomed"]
