@@ -14,8 +14,18 @@ and the per-request protocol 2026-07-28. Each capability is a tool:
 * ``ctx.ask`` becomes an elicitation: on 2026-07-28 an ``InputRequiredResult`` whose
   ``requestState`` names the task and its cursor (so nothing is kept here: the retry
   answers the task and follows it on from there), on the handshake protocols an
-  ``elicitation/create`` request; a host without elicitation gets a clear error, and
-  the task is cancelled.
+  ``elicitation/create`` request; a host without elicitation is told the task was
+  cancelled, and why. A question whose data carries ``sampling`` (a wrapped server's
+  ``sampling/createMessage``) goes to the host's model the same way;
+* resources: ``meshant://colony/status``, each colony memory key as
+  ``meshant://memory/KEY`` and each task (its state and result) as
+  ``meshant://tasks/ID`` (both also as templates); prompts: none (listed empty, so a
+  host that asks is not refused).
+
+Every failure that a model can act on — an unknown tool, arguments the schema refuses
+(SEP-1303), a colony that cannot take the task, the task's own failure (its exception
+type named) — is a tool result with ``isError``; only a request the gateway must not
+serve (a read-only token) is a protocol error.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import asyncio
 import json
 import logging
 from typing import Any
+from urllib.parse import quote, unquote
 
 import mcp_types as types
 from mcp.server import Server
@@ -35,8 +46,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from meshant._version import __version__
-from meshant.errors import MeshantError
+from meshant.errors import BadInput, Forbidden, MeshantError, TaskFailed
 from meshant.gateways.colony import (
+    CONTENT_KEY,
     Caller,
     ColonyLink,
     Ended,
@@ -47,6 +59,7 @@ from meshant.gateways.colony import (
     payload_text,
 )
 from meshant.gateways.http import CALLER_KEY
+from meshant.gateways.wrap import SAMPLING_KEY
 
 log = logging.getLogger("meshant.gateways.mcp")
 
@@ -91,8 +104,31 @@ def _payload(about: dict[str, Any], arguments: dict[str, Any] | None) -> Any:
     return args
 
 
+def _content(value: Any) -> list[types.ContentBlock] | None:
+    """The MCP content blocks a ``{"$content": [...]}`` result carries, else None."""
+    if not isinstance(value, dict) or set(value) != {CONTENT_KEY}:
+        return None
+    try:
+        blocks = _BLOCKS.validate_python(value[CONTENT_KEY])
+    except ValueError:
+        return None  # not blocks after all: shown as the value it is
+    return blocks or None
+
+
+_BLOCKS: Any = None  # a TypeAdapter(list[ContentBlock]), made on first use
+
+
 def _result(about: dict[str, Any], value: Any) -> types.CallToolResult:
+    global _BLOCKS
     value = jsonable(value)
+    if isinstance(value, dict) and CONTENT_KEY in value:
+        if _BLOCKS is None:
+            from pydantic import TypeAdapter
+
+            _BLOCKS = TypeAdapter(list[types.ContentBlock])
+        blocks = _content(value)
+        if blocks is not None:
+            return types.CallToolResult(content=blocks)
     schema = about.get("result")
     wrapped = not isinstance(value, dict) or bool(schema and schema.get("type") != "object")
     structured = {"result": value} if wrapped else value
@@ -102,6 +138,35 @@ def _result(about: dict[str, Any], value: Any) -> types.CallToolResult:
 
 def _failed(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def failure_text(e: MeshantError) -> str:
+    """A task's failure as its tool result says it: ``CODE: TYPE: MESSAGE`` (the
+    handler's exception type, when it raised one)."""
+    kind = e.remote_type if isinstance(e, TaskFailed) and e.remote_type else ""
+    return f"{e.code}: " + (f"{kind}: " if kind else "") + e.message
+
+
+# -- resources ----------------------------------------------------------------------------
+
+STATUS_URI = "meshant://colony/status"
+MEMORY = "meshant://memory/"
+TASKS = "meshant://tasks/"
+JSON_TYPE = "application/json"
+PAGE = 200  # memory keys per resources/list page
+
+TEMPLATES = [
+    types.ResourceTemplate(name="task", uri_template=TASKS + "{task}", mime_type=JSON_TYPE,
+                           description="A task of the colony: its state, history and, once "
+                                       "it ended, its result or error (task.status)"),
+    types.ResourceTemplate(name="memory", uri_template=MEMORY + "{key}", mime_type=JSON_TYPE,
+                           description="A colony memory key's value (URL-encoded key)"),
+]
+
+
+def _json_contents(uri: str, value: Any) -> types.ReadResourceResult:
+    return types.ReadResourceResult(contents=[types.TextResourceContents(
+        uri=uri, mime_type=JSON_TYPE, text=json.dumps(jsonable(value)))])
 
 
 class ColonyTools:
@@ -130,6 +195,10 @@ class ColonyTools:
                        description="A meshant colony: each tool is a capability its "
                                    "foragers serve",
                        on_list_tools=tools.list_tools, on_call_tool=tools.call_tool,
+                       on_list_resources=tools.list_resources,
+                       on_list_resource_templates=tools.list_resource_templates,
+                       on_read_resource=tools.read_resource,
+                       on_list_prompts=tools.list_prompts, on_get_prompt=tools.get_prompt,
                        on_subscriptions_listen=ListenHandler(tools.bus))
 
     async def _changed(self) -> None:
@@ -172,8 +241,10 @@ class ColonyTools:
         name = params.name
         about = self.link.catalog.get(name)
         if about is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: this colony's "
-                           f"tools are {', '.join(self.link.catalog) or 'none yet'}")
+            # A tool the colony does not serve (now: foragers come and go) is the call's
+            # outcome, which the model reads and acts on, as MCPServer answers it.
+            return _failed(f"unknown tool {name!r}: this colony's tools are "
+                           f"{', '.join(self.link.catalog) or 'none yet'}")
         client = self.link.client(caller)
         if params.request_state:
             fut = await self._resume(client, name, params)
@@ -181,11 +252,13 @@ class ColonyTools:
             payload = _payload(about, params.arguments)
             why = check_payload(name, about, payload)
             if why is not None:
-                raise MCPError(types.INVALID_PARAMS, why)
+                return _failed(why)  # an input validation error (SEP-1303)
             try:
                 fut = client.submit(name, payload, wait=self.wait)
+            except Forbidden as e:
+                raise MCPError(types.INVALID_REQUEST, f"{e.code}: {e.message}") from None
             except MeshantError as e:
-                raise MCPError(types.INVALID_PARAMS, f"{e.code}: {e.message}") from None
+                return _failed(f"{e.code}: {e.message}")
         return await self._run(ctx, client, about, fut)
 
     async def _resume(self, client: Any, name: str, params: types.CallToolRequestParams) -> Any:
@@ -207,6 +280,9 @@ class ColonyTools:
                 else:
                     await asyncio.to_thread(client.answer, task, _answer(response.content),
                                             request=request)
+            elif isinstance(response, types.CreateMessageResult):
+                await asyncio.to_thread(client.answer, task, response.model_dump(
+                    by_alias=True, mode="json", exclude_none=True), request=request)
             elif not att.done():
                 client.cancel(task, wait=False)  # (from the loop: not waiting)
         except MeshantError as e:
@@ -221,7 +297,7 @@ class ColonyTools:
                 if isinstance(e, Ended):
                     if e.error is None:
                         return _result(about, e.value)
-                    return _failed(f"{e.error.code}: {e.error.message}")
+                    return _failed(failure_text(e.error))
                 if e.kind in ("progress", "partial"):
                     text = e.note if e.kind == "progress" else payload_text(e.value)
                     if e.kind == "progress" and e.fraction is not None:
@@ -239,35 +315,155 @@ class ColonyTools:
 
     async def _ask(self, ctx: ServerRequestContext[Any], client: Any, task_id: str,
                    e: Any) -> types.InputRequiredResult | types.CallToolResult | None:
-        """The task asks: elicit the answer from the host."""
+        """The task asks: elicit the answer from the host (or, for a sampling request,
+        ask the host's model)."""
         v = e.value if isinstance(e.value, dict) else {}
         prompt = payload_text(v.get("prompt"))
         data = v.get("data")
+        sampling = data.get(SAMPLING_KEY) if isinstance(data, dict) else None
+        if isinstance(sampling, dict):
+            return await self._sample(ctx, client, task_id, e, sampling)
         given = data.get("schema") if isinstance(data, dict) else None
         schema: dict[str, Any] = given if isinstance(given, dict) else ANSWER_SCHEMA
         caps = ctx.session.client_capabilities
         if caps is None or caps.elicitation is None:
-            client.cancel(task_id, wait=False)  # (from the loop: not waiting)
-            return _failed(f"the task asks {prompt!r}, and this host does not support "
-                           "elicitation: the task was cancelled (answer it from a host with "
-                           "elicitation, or with 'meshant answer')")
+            return self._unanswerable(client, task_id, prompt, "elicitation")
         elicit = types.ElicitRequest(params=types.ElicitRequestFormParams(
             message=prompt, requested_schema=schema))
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            state = json.dumps({"task": task_id, "request": e.request, "after": e.seq})
-            return types.InputRequiredResult(input_requests={e.request: elicit},
-                                             request_state=state)
+            return self._input_required(task_id, e, elicit)
         result = await ctx.session.elicit_form(prompt, schema,
                                                related_request_id=ctx.request_id)
         if result.action != "accept":
             client.cancel(task_id, wait=False)  # (from the loop: not waiting)
             return None  # the cancel ends the task: its end comes through the stream
+        await self._answer(client, task_id, _answer(result.content), e.request)
+        return None
+
+    async def _sample(self, ctx: ServerRequestContext[Any], client: Any, task_id: str,
+                      e: Any, sampling: dict[str, Any]
+                      ) -> types.InputRequiredResult | types.CallToolResult | None:
+        """A question that is a sampling request: the host's model answers it."""
+        from pydantic import ValidationError
+
         try:
-            await asyncio.to_thread(client.answer, task_id, _answer(result.content),
-                                    request=e.request)
+            params = types.CreateMessageRequestParams.model_validate(sampling)
+        except ValidationError as err:
+            client.cancel(task_id, wait=False)  # (from the loop: not waiting)
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            return _failed(f"task {task_id} was cancelled: its sampling request is malformed "
+                           f"(at {where or 'the top'}: {first['msg']})")
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.sampling is None:
+            return self._unanswerable(client, task_id, payload_text(
+                e.value.get("prompt")), "sampling")
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self._input_required(task_id, e, types.CreateMessageRequest(params=params))
+        import warnings
+
+        with warnings.catch_warnings():  # deprecated on 2026-07-28, not on this revision
+            warnings.simplefilter("ignore")
+            result = await ctx.session.create_message(
+                params.messages, max_tokens=params.max_tokens,
+                system_prompt=params.system_prompt, include_context=params.include_context,
+                temperature=params.temperature, stop_sequences=params.stop_sequences,
+                metadata=params.metadata, model_preferences=params.model_preferences,
+                related_request_id=ctx.request_id)
+        await self._answer(client, task_id, result.model_dump(
+            by_alias=True, mode="json", exclude_none=True), e.request)
+        return None
+
+    @staticmethod
+    def _input_required(task_id: str, e: Any, request: Any) -> types.InputRequiredResult:
+        state = json.dumps({"task": task_id, "request": e.request, "after": e.seq})
+        return types.InputRequiredResult(input_requests={e.request: request},
+                                         request_state=state)
+
+    @staticmethod
+    def _unanswerable(client: Any, task_id: str, prompt: str,
+                      feature: str) -> types.CallToolResult:
+        """The host cannot answer the task's question: the task is cancelled (nobody
+        could answer it through this call), and the host is told so."""
+        client.cancel(task_id, wait=False)  # (from the loop: not waiting)
+        what = "the host's model" if feature == "sampling" else "the user"
+        return _failed(f"task {task_id} was cancelled: it asks {what} {prompt!r}, and this "
+                       f"host does not support {feature}; call the tool from a host that "
+                       f"does (or submit the task with 'meshant submit' and answer it with "
+                       f"'meshant answer')")
+
+    @staticmethod
+    async def _answer(client: Any, task_id: str, value: Any, request: str) -> None:
+        try:
+            await asyncio.to_thread(client.answer, task_id, value, request=request)
         except MeshantError as err:
             log.warning("cannot answer task %s: %s", task_id, err)
-        return None
+
+    # -- resources and prompts ------------------------------------------------------------
+
+    async def list_resources(self, ctx: ServerRequestContext[Any],
+                             params: types.PaginatedRequestParams | None
+                             ) -> types.ListResourcesResult:
+        """The colony's status, then its memory keys (a page at a time, in key order)."""
+        cursor = params.cursor if params is not None else None
+        client = self.link.client(self._caller(ctx))
+        keys = sorted(await asyncio.to_thread(lambda: list(client.memory.items())))
+        if cursor:
+            keys = [k for k in keys if k > cursor]
+        page, rest = keys[:PAGE], keys[PAGE:]
+        out = [] if cursor else [types.Resource(
+            name="colony status", uri=STATUS_URI, mime_type=JSON_TYPE,
+            description="The colony's foragers, capabilities, queues and counters")]
+        out += [types.Resource(name=k, uri=MEMORY + quote(k, safe=""), mime_type=JSON_TYPE,
+                               description=f"colony memory key {k!r}") for k in page]
+        return types.ListResourcesResult(resources=out,
+                                         next_cursor=page[-1] if rest else None)
+
+    async def list_resource_templates(self, ctx: ServerRequestContext[Any],
+                                      params: types.PaginatedRequestParams | None
+                                      ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=TEMPLATES)
+
+    async def read_resource(self, ctx: ServerRequestContext[Any],
+                            params: types.ReadResourceRequestParams
+                            ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        client = self.link.client(self._caller(ctx))
+        if uri == STATUS_URI:
+            return _json_contents(uri, await asyncio.to_thread(client.status))
+        if uri.startswith(MEMORY) and len(uri) > len(MEMORY):
+            key = unquote(uri[len(MEMORY):])
+            items = await asyncio.to_thread(client.memory.items)
+            if key not in items:
+                raise MCPError(types.INVALID_PARAMS, f"resource not found: {uri} (no colony "
+                               f"memory key {key!r})")
+            return _json_contents(uri, items[key])
+        if uri.startswith(TASKS) and len(uri) > len(TASKS):
+            task = unquote(uri[len(TASKS):])
+            try:
+                status = await asyncio.to_thread(client.task_status, task)
+            except Forbidden as e:
+                raise MCPError(types.INVALID_REQUEST, f"{e.code}: {e.message}") from None
+            except BadInput as e:
+                raise MCPError(types.INVALID_PARAMS, f"resource not found: {uri} "
+                               f"({e.message})") from None
+            except MeshantError as e:
+                raise MCPError(types.INTERNAL_ERROR, f"{e.code}: {e.message}") from None
+            return _json_contents(uri, status)
+        raise MCPError(types.INVALID_PARAMS, f"resource not found: {uri} (this gateway "
+                       f"serves {STATUS_URI}, {MEMORY}KEY and {TASKS}ID)")
+
+    async def list_prompts(self, ctx: ServerRequestContext[Any],
+                           params: types.PaginatedRequestParams | None
+                           ) -> types.ListPromptsResult:
+        """None: a colony's capabilities are tools. Listed (empty) so that a host which
+        asks for prompts is answered rather than refused."""
+        return types.ListPromptsResult(prompts=[])
+
+    async def get_prompt(self, ctx: ServerRequestContext[Any],
+                         params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name!r}: a colony has no "
+                                             "prompts (its capabilities are tools)")
 
 
 def _answer(content: dict[str, Any] | None) -> Any:
@@ -286,13 +482,12 @@ async def serve_stdio(tools: ColonyTools) -> None:
 
 
 def http_app(tools: ColonyTools, host: str, max_body: int) -> Any:
-    """The streamable HTTP app at /mcp (the shared Guard is put around it by the
-    caller; the SDK's own Host check is left to it)."""
-    from mcp.server.transport_security import TransportSecuritySettings
+    """The streamable HTTP app at /mcp, its streams resumable (mcp_http.py); the shared
+    Guard is put around it by the caller, which checks Host and Origin."""
+    from meshant.gateways.mcp_http import http_app as app
 
-    return tools.server().streamable_http_app(
-        streamable_http_path="/mcp", host=host, max_request_body_size=max_body,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    return app(tools.server(), path="/mcp", max_body=max_body)
 
 
-__all__ = ["SPEC", "ColonyTools", "http_app", "input_schema", "serve_stdio", "tool_of"]
+__all__ = ["SPEC", "STATUS_URI", "ColonyTools", "failure_text", "http_app", "input_schema",
+           "serve_stdio", "tool_of"]
