@@ -157,13 +157,15 @@ def suite_tools(server: MCPServer) -> None:
     @server.tool()
     async def test_sampling(prompt: str, ctx: Context) -> str:
         """Asks the client's model."""
-        import warnings
+        from mcp.shared.message import ServerMessageMetadata
 
-        with warnings.catch_warnings():  # sampling is deprecated on 2026-07-28 only
-            warnings.simplefilter("ignore")
-            got = await ctx.session.create_message(
-                [types.SamplingMessage(role="user", content=types.TextContent(text=prompt))],
-                max_tokens=100, related_request_id=ctx.request_id)
+        got = await ctx.session.send_request(  # (create_message warns of 2026-07-28)
+            types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+                messages=[types.SamplingMessage(role="user",
+                                                content=types.TextContent(text=prompt))],
+                max_tokens=100)),
+            types.CreateMessageResult,
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         text = getattr(got.content, "text", None) or "No response"
         return f"LLM response: {text}"
 

@@ -56,6 +56,7 @@ from meshant.gateways.colony import (
     check_payload,
     follow,
     jsonable,
+    patiently,
     payload_text,
 )
 from meshant.gateways.http import CALLER_KEY
@@ -162,6 +163,38 @@ TEMPLATES = [
     types.ResourceTemplate(name="memory", uri_template=MEMORY + "{key}", mime_type=JSON_TYPE,
                            description="A colony memory key's value (URL-encoded key)"),
 ]
+
+
+FINAL = ("completed", "failed", "cancelled")
+OUTCOME_WAIT = 5.0  # seconds a read waits for an ended task's outcome from the queen
+
+
+async def _task_view(client: Any, task: str) -> dict[str, Any]:
+    """A task as its resource shows it: task.status, and for an ended task its outcome
+    (``result``, or ``error`` with its code, type and message) — read from an attachment
+    when the status does not carry it (another client's task)."""
+    st: dict[str, Any] = await patiently(client.task_status, task)
+    final = st.get("final")
+    if isinstance(final, dict) and ("result" in final or "error" in final):
+        if "result" in final:
+            st["result"] = final["result"]
+        else:
+            st["error"] = final["error"]
+        return st
+    if st.get("state") not in FINAL:
+        return st
+    att = await attach(client, task, 0)
+    try:
+        st["result"] = await asyncio.wait_for(asyncio.wrap_future(att), OUTCOME_WAIT)
+    except MeshantError as e:
+        st["error"] = {"code": e.code, "message": e.message,
+                       **({"type": e.remote_type} if isinstance(e, TaskFailed) else {})}
+    except TimeoutError:
+        pass  # the outcome is not kept any more: the state says how it ended
+    finally:
+        if not att.done():
+            client._detach(att)  # a read, not a follow
+    return st
 
 
 def _json_contents(uri: str, value: Any) -> types.ReadResourceResult:
@@ -360,16 +393,14 @@ class ColonyTools:
                 e.value.get("prompt")), "sampling")
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return self._input_required(task_id, e, types.CreateMessageRequest(params=params))
-        import warnings
+        from mcp.shared.message import ServerMessageMetadata
 
-        with warnings.catch_warnings():  # deprecated on 2026-07-28, not on this revision
-            warnings.simplefilter("ignore")
-            result = await ctx.session.create_message(
-                params.messages, max_tokens=params.max_tokens,
-                system_prompt=params.system_prompt, include_context=params.include_context,
-                temperature=params.temperature, stop_sequences=params.stop_sequences,
-                metadata=params.metadata, model_preferences=params.model_preferences,
-                related_request_id=ctx.request_id)
+        # The request as the task made it (send_request: create_message would rebuild
+        # it field by field, and warns of 2026-07-28's deprecation on every revision).
+        result = await ctx.session.send_request(
+            types.CreateMessageRequest(params=params),
+            types.CreateMessageResultWithTools if params.tools else types.CreateMessageResult,
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         await self._answer(client, task_id, result.model_dump(
             by_alias=True, mode="json", exclude_none=True), e.request)
         return None
@@ -388,9 +419,9 @@ class ColonyTools:
         client.cancel(task_id, wait=False)  # (from the loop: not waiting)
         what = "the host's model" if feature == "sampling" else "the user"
         return _failed(f"task {task_id} was cancelled: it asks {what} {prompt!r}, and this "
-                       f"host does not support {feature}; call the tool from a host that "
-                       f"does (or submit the task with 'meshant submit' and answer it with "
-                       f"'meshant answer')")
+                       f"host does not support {feature}. Call the tool again from a host "
+                       f"that does, or submit a new task with 'meshant submit' and reply "
+                       f"with 'meshant answer'")
 
     @staticmethod
     async def _answer(client: Any, task_id: str, value: Any, request: str) -> None:
@@ -441,7 +472,7 @@ class ColonyTools:
         if uri.startswith(TASKS) and len(uri) > len(TASKS):
             task = unquote(uri[len(TASKS):])
             try:
-                status = await asyncio.to_thread(client.task_status, task)
+                status = await _task_view(client, task)
             except Forbidden as e:
                 raise MCPError(types.INVALID_REQUEST, f"{e.code}: {e.message}") from None
             except BadInput as e:

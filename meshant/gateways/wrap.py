@@ -47,6 +47,8 @@ class Bridge:
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class WrapError(MeshantError):
