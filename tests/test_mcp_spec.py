@@ -236,6 +236,65 @@ def test_resources_prompts_and_tool_errors_over_stdio(procs: Procs, mode: str) -
         assert r.is_error and why in r.content[0].text, (key, r.content[0].text)
 
 
+@pytest.mark.slow
+def test_memory_keys_are_resources_that_tell_of_changes(procs: Procs) -> None:
+    """A handshake session subscribes to a key (resources/subscribe) and hears the list
+    change; a 2026-07-28 session hears both on a subscriptions/listen stream."""
+    import warnings
+
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    colony = Colony(procs, "--app", APP)
+    uri = "meshant://memory/plan"
+    heard: list[Any] = []
+
+    async def on_message(m: Any) -> None:
+        if isinstance(m, types.ResourceUpdatedNotification | types.ResourceListChangedNotification):
+            heard.append(m)
+
+    def kinds() -> list[str]:
+        return [type(m).__name__ for m in heard]
+
+    async def legacy() -> Any:
+        async with McpClient(colony.stdio(), mode="legacy", message_handler=on_message) as mc:
+            with warnings.catch_warnings():  # (removed on 2026-07-28, not on this revision)
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await mc.subscribe_resource(uri)
+                with pytest.raises(MCPError, match="only colony memory keys"):
+                    await mc.subscribe_resource("meshant://tasks/x")
+            with Client(colony.queen) as c:
+                await asyncio.to_thread(c.memory.set, "plan", {"step": 1})
+                await asyncio.to_thread(wait_for, lambda: len(heard) >= 2, 10, "two notices")
+                await asyncio.to_thread(c.memory.set, "plan", {"step": 2})
+                await asyncio.to_thread(wait_for, lambda: len(heard) >= 3, 10, "an update")
+            return (await mc.read_resource(uri)).contents[0]
+
+    got = run(legacy())
+    assert json.loads(got.text) == {"step": 2}
+    # A new key changes the list and updates its resource; a changed one only updates.
+    assert sorted(kinds()[:2]) == ["ResourceListChangedNotification",
+                                   "ResourceUpdatedNotification"]
+    assert kinds()[2] == "ResourceUpdatedNotification"
+    assert all(str(m.params.uri) == uri for m in heard
+               if isinstance(m, types.ResourceUpdatedNotification))
+
+    async def modern() -> list[Any]:
+        events: list[Any] = []
+        async with McpClient(colony.stdio(), mode="auto") as mc, mc.listen(
+                resources_list_changed=True, resource_subscriptions=[uri]) as sub:
+            with Client(colony.queen) as c:
+                await asyncio.to_thread(c.memory.delete, "plan")
+            async for event in sub:
+                events.append(event)
+                if len(events) == 2:
+                    break
+        return events
+
+    events = run(modern())
+    assert sorted(type(e).__name__ for e in events) == ["ResourceUpdated",
+                                                        "ResourcesListChanged"]
+
+
 def _sse(text: str) -> list[dict[str, str]]:
     """The events of an SSE body: each a map of its fields."""
     events = []

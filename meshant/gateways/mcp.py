@@ -19,8 +19,9 @@ and the per-request protocol 2026-07-28. Each capability is a tool:
   ``sampling/createMessage``) goes to the host's model the same way;
 * resources: ``meshant://colony/status``, each colony memory key as
   ``meshant://memory/KEY`` and each task (its state and result) as
-  ``meshant://tasks/ID`` (both also as templates); prompts: none (listed empty, so a
-  host that asks is not refused).
+  ``meshant://tasks/ID`` (both also as templates); a memory key added or deleted
+  changes the list, and a key's change updates its resource (to subscribers); prompts:
+  none (listed empty, so a host that asks is not refused).
 
 Every failure that a model can act on — an unknown tool, arguments the schema refuses
 (SEP-1303), a colony that cannot take the task, the task's own failure (its exception
@@ -41,7 +42,13 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -210,6 +217,11 @@ class ColonyTools:
         self.wait = wait
         self.bus = InMemorySubscriptionBus()
         self._sessions: dict[int, Any] = {}  # handshake sessions, to tell of list changes
+        # Handshake sessions' resources/subscribe: URI -> connection id -> session.
+        self._subscribed: dict[str, dict[int, Any]] = {}
+        self._keys: set[str] | None = None  # memory keys, once the memory is watched
+        self._telling: set[asyncio.Task[None]] = set()  # notices under way (kept alive)
+        self._listen = ListenHandler(self.bus)
         link.on_change(self._changed)
 
     def server(self) -> Server[Any]:
@@ -221,7 +233,8 @@ class ColonyTools:
                                               extensions: Any = None
                                               ) -> InitializationOptions:
                 return super().create_initialization_options(
-                    notification_options or NotificationOptions(tools_changed=True),
+                    notification_options or NotificationOptions(tools_changed=True,
+                                                                resources_changed=True),
                     experimental_capabilities, extensions)
 
         return _Server("meshant", version=__version__,
@@ -231,8 +244,10 @@ class ColonyTools:
                        on_list_resources=tools.list_resources,
                        on_list_resource_templates=tools.list_resource_templates,
                        on_read_resource=tools.read_resource,
+                       on_subscribe_resource=tools.subscribe,
+                       on_unsubscribe_resource=tools.unsubscribe,
                        on_list_prompts=tools.list_prompts, on_get_prompt=tools.get_prompt,
-                       on_subscriptions_listen=ListenHandler(tools.bus))
+                       on_subscriptions_listen=tools.listen)
 
     async def _changed(self) -> None:
         await self.bus.publish(ToolsListChanged())
@@ -241,6 +256,47 @@ class ColonyTools:
                 await session.send_tool_list_changed()
             except Exception:
                 self._sessions.pop(key, None)  # the connection is gone
+
+    async def _tell(self, sessions: list[tuple[int, Any]], send: str, *args: Any) -> None:
+        """Send a notification to handshake sessions, forgetting those that are gone."""
+        for key, session in sessions:
+            try:
+                await getattr(session, send)(*args)
+            except Exception:
+                self._sessions.pop(key, None)  # the connection is gone
+                for subs in self._subscribed.values():
+                    subs.pop(key, None)
+
+    async def _watch_memory(self) -> None:
+        """From the first resources request on, a memory key added or deleted changes
+        the resource list, and a key's change updates its resource: told on the bus
+        (2026-07-28's subscriptions/listen) and to handshake sessions."""
+        if self._keys is not None:
+            return
+        client = self.link.client()
+        self._keys = set(await asyncio.to_thread(lambda: list(client.memory.items())))
+        loop = asyncio.get_running_loop()
+
+        def tell(key: str, deleted: bool) -> None:
+            task = loop.create_task(self._memory_changed(key, deleted))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
+        def changed(key: str, value: Any, deleted: bool) -> None:  # (the I/O thread)
+            loop.call_soon_threadsafe(tell, key, deleted)
+
+        client.memory.on_change(changed)
+
+    async def _memory_changed(self, key: str, deleted: bool) -> None:
+        keys = self._keys if self._keys is not None else set()
+        uri = MEMORY + quote(key, safe="")
+        if deleted or key not in keys:
+            (keys.discard if deleted else keys.add)(key)
+            await self.bus.publish(ResourcesListChanged())
+            await self._tell(list(self._sessions.items()), "send_resource_list_changed")
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        await self._tell(list(self._subscribed.get(uri, {}).items()), "send_resource_updated",
+                         uri)
 
     def _remember(self, ctx: ServerRequestContext[Any]) -> None:
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -436,6 +492,8 @@ class ColonyTools:
                              params: types.PaginatedRequestParams | None
                              ) -> types.ListResourcesResult:
         """The colony's status, then its memory keys (a page at a time, in key order)."""
+        self._remember(ctx)
+        await self._watch_memory()
         cursor = params.cursor if params is not None else None
         client = self.link.client(self._caller(ctx))
         keys = sorted(await asyncio.to_thread(lambda: list(client.memory.items())))
@@ -458,6 +516,8 @@ class ColonyTools:
     async def read_resource(self, ctx: ServerRequestContext[Any],
                             params: types.ReadResourceRequestParams
                             ) -> types.ReadResourceResult:
+        self._remember(ctx)
+        await self._watch_memory()
         uri = str(params.uri)
         client = self.link.client(self._caller(ctx))
         if uri == STATUS_URI:
@@ -483,6 +543,41 @@ class ColonyTools:
             return _json_contents(uri, status)
         raise MCPError(types.INVALID_PARAMS, f"resource not found: {uri} (this gateway "
                        f"serves {STATUS_URI}, {MEMORY}KEY and {TASKS}ID)")
+
+    async def listen(self, ctx: ServerRequestContext[Any],
+                     params: types.SubscriptionsListenRequestParams
+                     ) -> types.SubscriptionsListenResult:
+        """2026-07-28's ``subscriptions/listen`` (the SDK's handler), the memory watched
+        first when the stream wants resource events."""
+        wants = params.notifications
+        if wants.resources_list_changed or wants.resource_subscriptions:
+            await self._watch_memory()
+        return await self._listen(ctx, params)
+
+    async def subscribe(self, ctx: ServerRequestContext[Any],
+                        params: types.SubscribeRequestParams) -> types.EmptyResult:
+        """Updates of a memory key's resource (the only ones that change in place)."""
+        self._remember(ctx)
+        uri = str(params.uri)
+        if not uri.startswith(MEMORY) or len(uri) == len(MEMORY):
+            raise MCPError(types.INVALID_PARAMS, f"cannot subscribe to {uri}: only colony "
+                           f"memory keys ({MEMORY}KEY) send updates")
+        conn = getattr(ctx.session, "_connection", None)
+        subs = self._subscribed.setdefault(uri, {})
+        if conn is not None and len(subs) < 10_000 and len(self._subscribed) < 10_000:
+            subs[id(conn)] = ctx.session
+        await self._watch_memory()
+        return types.EmptyResult()
+
+    async def unsubscribe(self, ctx: ServerRequestContext[Any],
+                          params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        uri = str(params.uri)
+        conn = getattr(ctx.session, "_connection", None)
+        subs = self._subscribed.get(uri, {})
+        subs.pop(id(conn), None)
+        if not subs:
+            self._subscribed.pop(uri, None)
+        return types.EmptyResult()
 
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: types.PaginatedRequestParams | None
