@@ -88,23 +88,25 @@ def install(npm_dir: Path, version: str) -> tuple[str, Path]:
         "index.js"
     node = shutil.which("node") or ""
     local = npm_dir / "node_modules" / node_package() / "bin" / "node"
-    need = [f"{SUITE}@{version}"] if not entry.exists() or _installed(npm_dir) != version \
-        else []
+    wanted = [f"{SUITE}@{version}"]
     if _node_version(node) < NODE_MAJOR:
         node = str(local)
-        if _node_version(node) < NODE_MAJOR:
-            need.append(f"{node_package()}@{NODE_MAJOR}")
-    if need:
+        wanted.append(f"{node_package()}@{NODE_MAJOR}")
+    if not entry.exists() or _installed(npm_dir) != version or _node_version(node) < NODE_MAJOR:
         npm = shutil.which("npm")
         if npm is None:
             raise SystemExit("npm is needed to install the conformance suite (apt-get "
                              "install npm, or Node.js from nodejs.org)")
         npm_dir.mkdir(parents=True, exist_ok=True)
-        print(f"installing {', '.join(need)} under {npm_dir}", file=sys.stderr)
+        print(f"installing {', '.join(wanted)} under {npm_dir}", file=sys.stderr)
+        # Everything in one install: npm removes what a --no-save install does not name.
         subprocess.run([npm, "install", "--prefix", str(npm_dir), "--no-save", "--no-audit",
-                        "--no-fund", "--loglevel", "error", *need], check=True, timeout=600)
+                        "--no-fund", "--loglevel", "error", *wanted], check=True, timeout=600,
+                       stdout=sys.stderr)  # (stdout is the results')
     if _node_version(node) < NODE_MAJOR:
         raise SystemExit(f"no Node {NODE_MAJOR}+ at {node}")
+    if not entry.exists():
+        raise SystemExit(f"the suite is not at {entry} after installing it")
     return node, entry
 
 
@@ -171,7 +173,11 @@ def run_suite(node: str, entry: Path, url: str, out: Path,
     with (out / "suite.log").open("w") as log:
         subprocess.run([node, str(entry), "server", "--url", url, *select, "-o", str(out)],
                        stdout=log, stderr=subprocess.STDOUT, timeout=900)
-    return read_results(out)
+    results = read_results(out)
+    if not results:
+        tail = (out / "suite.log").read_text()[-2000:]
+        raise SystemExit(f"the suite ran no scenario against {url}; its output ends:\n{tail}")
+    return results
 
 
 def read_results(out: Path) -> dict[str, dict[str, str]]:

@@ -166,6 +166,32 @@ def test_a_bad_payload_to_a_wrapped_tool_is_one_line_without_frames(colony: Any)
         wrap.close()
 
 
+def test_the_conformance_run_compares_check_by_check(tmp_path: Path) -> None:
+    """benchmarks/mcp_conformance.py's reading of the suite's results (the run itself is
+    opt-in: it installs the suite from npm)."""
+    from benchmarks.mcp_conformance import read_results, regressions
+
+    def write(side: str, scenario: str, checks: list[tuple[str, str]]) -> None:
+        d = tmp_path / side / f"server-{scenario}-2026-12-02T14-01-19-817Z"
+        d.mkdir(parents=True)
+        (d / "checks.json").write_text(json.dumps([{"id": i, "status": st}
+                                                   for i, st in checks]))
+
+    write("ref", "tools-list", [("tools-list", "SUCCESS")])
+    write("ref", "server-sse-polling", [("outgoing-request", "INFO"),
+                                        ("server-sse-priming-event", "WARNING")])
+    write("ref", "ping", [("ping", "SUCCESS")])
+    write("ours", "tools-list", [("tools-list", "SUCCESS"), ("tools-list", "FAILURE")])
+    write("ours", "server-sse-polling", [("server-sse-priming-event", "SUCCESS")])
+    ref, ours = read_results(tmp_path / "ref"), read_results(tmp_path / "ours")
+    assert ref["server-sse-polling"] == {"server-sse-priming-event": "WARNING"}  # no INFO
+    assert ours["tools-list"] == {"tools-list": "FAILURE"}  # the worst of a check's two
+    assert sorted(regressions(ref, ours)) == [("ping", "ping", "missing"),
+                                              ("tools-list", "tools-list", "FAILURE")]
+    assert regressions(ours, ref) == [("server-sse-polling", "server-sse-priming-event",
+                                       "WARNING")]
+
+
 # -- end to end --------------------------------------------------------------------------
 
 class Colony:
