@@ -273,8 +273,9 @@ class ColonyTools:
         (2026-07-28's subscriptions/listen) and to handshake sessions."""
         if self._keys is not None:
             return
+        keys: set[str] = set()
+        self._keys = keys  # (before any await: two first requests watch once)
         client = self.link.client()
-        self._keys = set(await asyncio.to_thread(lambda: list(client.memory.items())))
         loop = asyncio.get_running_loop()
 
         def tell(key: str, deleted: bool) -> None:
@@ -285,7 +286,9 @@ class ColonyTools:
         def changed(key: str, value: Any, deleted: bool) -> None:  # (the I/O thread)
             loop.call_soon_threadsafe(tell, key, deleted)
 
+        # Watched before it is read: a change in between is told (once more), not lost.
         client.memory.on_change(changed)
+        keys.update(await asyncio.to_thread(lambda: list(client.memory.items())))
 
     async def _memory_changed(self, key: str, deleted: bool) -> None:
         keys = self._keys if self._keys is not None else set()
