@@ -204,6 +204,20 @@ async def _task_view(client: Any, task: str) -> dict[str, Any]:
     return st
 
 
+async def _memory(client: Any) -> dict[str, Any]:
+    """The colony memory as ``client`` holds it, once it holds a snapshot (watching it
+    turns its sync on without waiting for one; a read must wait)."""
+    def read() -> dict[str, Any]:
+        try:
+            client.memory.wait_synced(OUTCOME_WAIT)
+        except MeshantError:
+            log.warning("no memory snapshot within %g s; reading what is here", OUTCOME_WAIT)
+        items: dict[str, Any] = client.memory.items()
+        return items
+
+    return await asyncio.to_thread(read)
+
+
 def _json_contents(uri: str, value: Any) -> types.ReadResourceResult:
     return types.ReadResourceResult(contents=[types.TextResourceContents(
         uri=uri, mime_type=JSON_TYPE, text=json.dumps(jsonable(value)))])
@@ -288,7 +302,7 @@ class ColonyTools:
 
         # Watched before it is read: a change in between is told (once more), not lost.
         client.memory.on_change(changed)
-        keys.update(await asyncio.to_thread(lambda: list(client.memory.items())))
+        keys.update(await _memory(client))
 
     async def _memory_changed(self, key: str, deleted: bool) -> None:
         keys = self._keys if self._keys is not None else set()
@@ -499,7 +513,7 @@ class ColonyTools:
         await self._watch_memory()
         cursor = params.cursor if params is not None else None
         client = self.link.client(self._caller(ctx))
-        keys = sorted(await asyncio.to_thread(lambda: list(client.memory.items())))
+        keys = sorted(await _memory(client))
         if cursor:
             keys = [k for k in keys if k > cursor]
         page, rest = keys[:PAGE], keys[PAGE:]
@@ -527,7 +541,7 @@ class ColonyTools:
             return _json_contents(uri, await asyncio.to_thread(client.status))
         if uri.startswith(MEMORY) and len(uri) > len(MEMORY):
             key = unquote(uri[len(MEMORY):])
-            items = await asyncio.to_thread(client.memory.items)
+            items = await _memory(client)
             if key not in items:
                 raise MCPError(types.INVALID_PARAMS, f"resource not found: {uri} (no colony "
                                f"memory key {key!r})")
