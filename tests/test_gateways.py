@@ -495,7 +495,6 @@ def test_mcp_over_http_with_a_token_bad_input_cancel_and_list_changed(
         edge: Edge, procs: Procs) -> None:
     import mcp_types as types
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared.exceptions import MCPError
 
     token = "t" * 24
     _, url = edge.mcp_http("--token", token)
@@ -509,9 +508,11 @@ def test_mcp_over_http_with_a_token_bad_input_cancel_and_list_changed(
 
     async def checks(c: Any) -> dict[str, Any]:
         out = await _mcp_checks(c)
-        for args, name in (({"a": "x", "b": 1}, "add"), ({}, "nope")):
-            with pytest.raises(MCPError):
-                await c.call_tool(name, args)
+        # What a model can correct is the call's outcome (SEP-1303), not a protocol error.
+        for args, name, why in (({"a": "x", "b": 1}, "add", "'x' is not of type 'integer'"),
+                                ({}, "nope", "unknown tool 'nope'")):
+            r = await c.call_tool(name, args)
+            assert r.is_error and why in r.content[0].text
         # Cancelling the call cancels the task.
         with Client(edge.queen) as mc:
             cancelled = mc.status()["counters"]["cancelled"]
@@ -559,7 +560,13 @@ def test_mcp_host_without_elicitation_gets_a_clear_error(edge: Edge) -> None:
                                       checks)
 
     r = run(go())
-    assert r.is_error and "does not support elicitation" in r.content[0].text
+    text = r.content[0].text
+    assert r.is_error and "does not support elicitation" in text and "What is your name?" in text
+    # The host is told the task is gone (not to answer it), and it is.
+    task = text.split()[1]
+    assert f"task {task} was cancelled" in text and "Call the tool again" in text
+    with Client(edge.queen) as c:
+        wait_for(lambda: c.task_status(task)["state"] == "cancelled", 10, "the cancel")
 
 
 # -- existing servers and agents as foragers ---------------------------------------------
@@ -573,9 +580,10 @@ def test_forager_mcp_wraps_an_sdk_server(procs: Procs) -> None:
         [f] = c.tool_query("multiply")
         assert f["description"] == "Multiply two integers."
         assert f["payload"]["required"] == ["a", "b"]
-        assert c.run("multiply", {"a": 6, "b": 7}, result_timeout=30) == {"result": 42}
+        assert f["result"] == {"title": "Result", "type": "integer"}  # the value's schema
+        assert c.run("multiply", {"a": 6, "b": 7}, result_timeout=30) == 42
         fut = c.submit("count", {"n": 3})
-        assert fut.result(30) == {"result": "counted to 3"}
+        assert fut.result(30) == "counted to 3"
         assert [u.note for u in fut.updates(5) if u.kind == "progress"] == \
             ["at 1", "at 2", "at 3"]
         fut = c.submit("welcome", {})
@@ -583,7 +591,7 @@ def test_forager_mcp_wraps_an_sdk_server(procs: Procs) -> None:
             if u.kind == "input-required":
                 assert u.note == "Who is there?"
                 c.answer(fut.task_id, "Grace", request=u.request)
-        assert fut.result(30) == {"result": "welcome, Grace"}
+        assert fut.result(30) == "welcome, Grace"
         with pytest.raises(Exception, match="Error executing tool broken"):
             c.run("broken", {"x": 1}, result_timeout=30)
 

@@ -29,7 +29,7 @@ from meshant.actors.capability import BatchRegister, Register
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.describe import describe
 from meshant.actors.futures import fail
-from meshant.actors.handlers import Handler, TaskContext, positional_args
+from meshant.actors.handlers import Handler, TaskContext, own_failure, positional_args
 from meshant.actors.workers import Workers
 from meshant.core.peers import forager_session as fs_
 from meshant.core.peers.forager_session import RESENT_MAX, ForagerSession
@@ -496,11 +496,12 @@ class Forager(Peer):
         body = h.failed(e)
         # The person running this forager sees the failure where it happened, the whole
         # traceback; the submitter gets the bounded one in the result.
-        log.warning("%s: task %s (%s, attempt %d) failed%s", self.name, ctx.task_id,
+        own = own_failure(e)  # meshant's own frames only: the message says it all
+        log.warning("%s: task %s (%s, attempt %d) failed%s%s", self.name, ctx.task_id,
                     ctx.capability, ctx.attempt,
                     " (its retry_on: the queen runs it again while attempts are left)"
                     if body["error"].get("retry") else "",
-                    exc_info=e)
+                    f": {type(e).__name__}: {e}" if own else "", exc_info=None if own else e)
         return body
 
     def _run_one(self, h: Handler, payload: Any, ctx: TaskContext) -> None:

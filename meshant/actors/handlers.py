@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.errors import AskTimeout, TaskCancelled
+from meshant.errors import AskTimeout, MeshantError, TaskCancelled
 
 
 class Sender(Protocol):
@@ -342,12 +342,20 @@ def frames(e: BaseException, most: int = TRACEBACK_FRAMES) -> list[dict[str, Any
             for f in tb[max(first, len(tb) - most):]]
 
 
+def own_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a failure meshant's own code raised on purpose (a wrapper
+    refusing a payload, a wrapped server's error): a MeshantError none of whose frames is
+    the handler author's, so its traceback would show only meshant's internals."""
+    return isinstance(e, MeshantError) and all(
+        f.filename.startswith(_OURS) for f in traceback.extract_tb(e.__traceback__))
+
+
 def error_body(e: BaseException, *, retry: bool = False) -> dict[str, Any]:
     """The result body of a task whose handler raised ``e``: its type, message and a
-    bounded traceback; ``retry``: ask the queen to try the task again (the handler
-    opted in for this exception)."""
+    bounded traceback (none for :func:`own_failure`); ``retry``: ask the queen to try the
+    task again (the handler opted in for this exception)."""
     err: dict[str, Any] = {"type": type(e).__name__, "message": _cut(str(e), MESSAGE_MAX)}
-    tb = frames(e)
+    tb = [] if own_failure(e) else frames(e)
     if tb:
         err["traceback"] = tb
     if retry:
@@ -355,4 +363,5 @@ def error_body(e: BaseException, *, retry: bool = False) -> dict[str, Any]:
     return {"status": "error", "error": err}
 
 
-__all__ = ["Asks", "Handler", "TaskContext", "error_body", "frames", "positional_args"]
+__all__ = ["Asks", "Handler", "TaskContext", "error_body", "frames", "own_failure",
+           "positional_args"]

@@ -203,9 +203,10 @@ def mcp_cmd(conn: Connection, listen: str | None, allow_host: tuple[str, ...],
 
     Without --listen it speaks MCP on stdin/stdout, for a host that starts it (its
     config's command: meshant mcp --queen tcp://HOST:5670). With --listen, streamable
-    HTTP at /mcp. Arguments are the task's payload; progress and partial results are
-    progress notifications; a question (ctx.ask) is an elicitation; cancelling the call
-    cancels the task.
+    HTTP at /mcp (its streams resumable). Arguments are the task's payload; progress and
+    partial results are progress notifications; a question (ctx.ask) is an elicitation
+    (or a sampling request to the host's model); cancelling the call cancels the task.
+    Resources: meshant://colony/status, meshant://memory/KEY, meshant://tasks/ID.
 
     \b
       meshant queen &

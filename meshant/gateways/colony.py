@@ -378,6 +378,11 @@ async def attach(client: Client, task_id: str, after: int = 0) -> Attachment:
     return att
 
 
+# A result ``{"$content": [BLOCK, ...]}`` carries MCP content blocks (images, audio,
+# resources) in MCP's JSON form: ``meshant mcp`` shows them to its host as they are.
+CONTENT_KEY = "$content"
+
+
 def payload_text(value: Any) -> str:
     """A value as text: a string as it is, anything else as JSON."""
     if isinstance(value, str):
@@ -398,6 +403,7 @@ def jsonable(value: Any) -> Any:
 
 __all__ = [
     "ACT",
+    "CONTENT_KEY",
     "PATIENCE",
     "READ",
     "Caller",

@@ -21,8 +21,8 @@ from typing import Any
 
 from meshant.actors.forager import Forager
 from meshant.actors.handlers import TaskContext
-from meshant.errors import ConfigError, MeshantError, TaskCancelled
-from meshant.gateways.colony import jsonable, payload_text
+from meshant.errors import BadInput, ConfigError, MeshantError, TaskCancelled
+from meshant.gateways.colony import CONTENT_KEY, check_payload, jsonable, payload_text
 
 CALL_TIMEOUT = None  # the task's own timeout (the queen's lease) bounds a call
 
@@ -47,6 +47,8 @@ class Bridge:
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class WrapError(MeshantError):
@@ -59,6 +61,43 @@ class WrapError(MeshantError):
 
 _current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
     "meshant_task", default=None)
+
+
+class BadArguments(BadInput):
+    """A wrapped tool's payload that its input schema refuses (or that is no object): the
+    task fails with this one line, and nothing reaches the server."""
+
+
+def _wrapped_result(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema of the value inside an SDK-wrapped output (``{"result": VALUE}``, what
+    MCPServer declares for a tool that returns a non-object), else None."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return None
+    props = schema.get("properties")
+    if isinstance(props, dict) and set(props) == {"result"} and schema.get("required") == [
+            "result"] and isinstance(props["result"], dict):
+        return dict(props["result"])
+    return None
+
+
+def tool_value(result: Any, output_schema: dict[str, Any] | None) -> Any:
+    """A wrapped tool's ``CallToolResult`` as the task's value: its structured content
+    (the value itself where the SDK wrapped it as ``{"result": VALUE}``); else its text
+    (one block: the string; several: a list of strings); else, when it holds images,
+    audio or resources, ``{"$content": [BLOCK, ...]}`` in MCP's JSON form, which
+    ``meshant mcp`` serves again as those blocks."""
+    structured = result.structured_content
+    if structured is not None:
+        if _wrapped_result(output_schema) is not None and isinstance(structured, dict) \
+                and set(structured) == {"result"}:
+            return structured["result"]
+        return structured
+    blocks = list(result.content or [])
+    if all(getattr(c, "type", "") == "text" for c in blocks):
+        texts = [c.text for c in blocks]
+        return texts[0] if len(texts) == 1 else texts or None
+    return {CONTENT_KEY: [c.model_dump(by_alias=True, mode="json", exclude_none=True)
+                          for c in blocks]}
 
 
 class MCPWrap:
@@ -85,10 +124,11 @@ class MCPWrap:
         from mcp import Client, StdioServerParameters
 
         params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env)
-        # The handshake era: a server's elicitation (ctx.elicit) is a request on the
-        # connection's back-channel, which the 2026-07-28 stdio envelope does not have.
+        # The handshake era: a server's elicitation (ctx.elicit) and sampling are requests
+        # on the connection's back-channel, which the 2026-07-28 stdio envelope lacks.
         self.client = await self.bridge.stack.enter_async_context(
-            Client(params, mode="legacy", elicitation_callback=self._elicit))
+            Client(params, mode="legacy", elicitation_callback=self._elicit,
+                   sampling_callback=self._sample))
         listed = await self.client.list_tools()
         return list(listed.tools)
 
@@ -97,26 +137,38 @@ class MCPWrap:
 
     def serve_on(self, forager: Forager) -> None:
         for tool in self.tools:
-            forager.add_handler(tool.name, self._handler(tool.name),
+            out = dict(tool.output_schema) if tool.output_schema else None
+            forager.add_handler(tool.name, self._handler(tool),
                                 description=tool.description or None,
                                 schema=dict(tool.input_schema or {}) or None,
-                                result_schema=dict(tool.output_schema) if tool.output_schema
-                                else None)
+                                result_schema=_wrapped_result(out) or out)
 
-    def _handler(self, name: str) -> Any:
+    def _handler(self, tool: Any) -> Any:
+        name = tool.name
+        schema = dict(tool.input_schema or {})
+        out = dict(tool.output_schema) if tool.output_schema else None
+
         def handle(payload: Any, ctx: TaskContext) -> Any:
             if payload is None:
                 payload = {}
             if not isinstance(payload, dict):
-                raise ValueError(f"tool {name!r} takes an object of arguments, not "
-                                 f"{type(payload).__name__}")
+                raise BadArguments(f"tool {name!r} takes an object of arguments, not "
+                                   f"{type(payload).__name__} (e.g. {{\"name\": value}})")
+            why = check_payload(name, {"payload": schema}, payload)
+            if why is not None:
+                raise BadArguments(why)
             with self._lock:
                 self._running[ctx.ref] = ctx
             try:
-                return self.bridge.run(self._call(name, payload, ctx), CALL_TIMEOUT)
+                result = self.bridge.run(self._call(name, payload, ctx), CALL_TIMEOUT)
+            except WrapError as e:
+                # Raised afresh here: the bridge's frames say nothing of the failure,
+                # which is the server's own.
+                raise WrapError(e.message) from None
             finally:
                 with self._lock:
                     self._running.pop(ctx.ref, None)
+            return tool_value(result, out)
         handle.__name__ = name
         return handle
 
@@ -139,20 +191,22 @@ class MCPWrap:
         if result.is_error:
             raise WrapError(" ".join(getattr(c, "text", "") for c in result.content)
                             or f"tool {name!r} failed")
-        if result.structured_content is not None:
-            return result.structured_content
-        texts = [c.text for c in result.content if getattr(c, "type", "") == "text"]
-        return texts[0] if len(texts) == 1 else texts or None
+        return result
 
-    async def _elicit(self, context: Any, params: Any) -> Any:
-        """The server asks: the task's ``ctx.ask``, its answer the form's content."""
-        import mcp_types as types
-
+    def _task(self) -> TaskContext | None:
+        """The task a server's request (elicitation, sampling) is on behalf of."""
         ctx = _current.get()
         if ctx is None:
             with self._lock:
                 running = list(self._running.values())
             ctx = running[0] if len(running) == 1 else None
+        return ctx
+
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        """The server asks: the task's ``ctx.ask``, its answer the form's content."""
+        import mcp_types as types
+
+        ctx = self._task()
         if ctx is None:
             return types.ErrorData(code=types.INVALID_REQUEST,
                                    message="no single task to ask on behalf of")
@@ -167,6 +221,52 @@ class MCPWrap:
         if not isinstance(value, dict) and len(props) == 1:
             content = {next(iter(props)): value}
         return types.ElicitResult(action="accept", content=content)
+
+    async def _sample(self, context: Any, params: Any) -> Any:
+        """The server asks the host's model (``sampling/createMessage``): the task's
+        ``ctx.ask`` with the request as ``data.sampling``; ``meshant mcp`` puts it to
+        its host's model, and a person may answer it with plain text."""
+        import mcp_types as types
+
+        ctx = self._task()
+        if ctx is None:
+            return types.ErrorData(code=types.INVALID_REQUEST,
+                                   message="no single task to ask on behalf of")
+        request = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        try:
+            value = await asyncio.to_thread(ctx.ask, sampling_prompt(request),
+                                            data={SAMPLING_KEY: request})
+        except TaskCancelled:
+            return types.ErrorData(code=types.INVALID_REQUEST,
+                                   message=f"task {ctx.task_id} was cancelled")
+        return sampled(value)
+
+
+SAMPLING_KEY = "sampling"  # in a question's data: a sampling/createMessage request
+
+
+def sampling_prompt(request: dict[str, Any]) -> str:
+    """A sampling request's question as a person reads it: its last message's text."""
+    for m in reversed(request.get("messages") or []):
+        content = m.get("content") if isinstance(m, dict) else None
+        for c in content if isinstance(content, list) else [content]:
+            if isinstance(c, dict) and c.get("type") == "text":
+                return str(c.get("text", ""))
+    return "a sampling request (see data.sampling)"
+
+
+def sampled(value: Any) -> Any:
+    """An answer to a sampling question as a ``CreateMessageResult``: the host's result
+    as it came, or a person's plain text."""
+    import mcp_types as types
+
+    if isinstance(value, dict):
+        try:
+            return types.CreateMessageResult.model_validate(value)
+        except ValueError:
+            pass
+    return types.CreateMessageResult(role="assistant", model="meshant-answer",
+                                     content=types.TextContent(text=payload_text(value)))
 
 
 # -- A2A ------------------------------------------------------------------------------------
@@ -316,4 +416,5 @@ def _result(artifacts: list[Any], narrow: Any) -> Any:
     return values or None
 
 
-__all__ = ["A2AWrap", "Bridge", "MCPWrap", "WrapError", "payload_text"]
+__all__ = ["SAMPLING_KEY", "A2AWrap", "BadArguments", "Bridge", "MCPWrap", "WrapError",
+           "payload_text", "sampled", "sampling_prompt", "tool_value"]
