@@ -590,3 +590,24 @@ def test_push_notifications_deliver_to_loopback_only_when_allowed(
     plain, _ = edge.a2a()
     assert rpc(plain + "/", "CreateTaskPushNotificationConfig",
                {"taskId": tid, "url": receiver.url()})["error"]["code"] == -32003
+
+
+@pytest.mark.slow
+def test_a_wrapped_agent_takes_and_gives_files(procs: Procs) -> None:
+    """meshant forager --a2a in front of the SDK's echo agent: a bytes payload goes as a
+    file part and the agent's file comes back as bytes."""
+    import subprocess
+    import sys
+
+    from meshant.apps import _procs
+
+    agent = subprocess.Popen([sys.executable, str(Path(__file__).parent / "sdk_a2a_agent.py"),
+                              "--echo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    procs.all.append(agent)
+    url = _procs.read_json_line(agent, 30)["url"]
+    _, queen = procs.queen()
+    procs.forager(queen, "--a2a", url)
+    with Client(queen) as c:
+        assert c.run("echo", b"\x00\xffbinary", result_timeout=30) == b"\x00\xffbinary"
+        assert c.run("echo", {"a": 1}, result_timeout=30) == {"a": 1}

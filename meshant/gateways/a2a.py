@@ -129,6 +129,7 @@ STATES = {"queued": TaskState.TASK_STATE_SUBMITTED, "assigned": TaskState.TASK_S
           "cancelled": TaskState.TASK_STATE_CANCELED}
 SNAPSHOT_WAIT = 5.0  # seconds to wait for an attachment's kept updates
 REFRESH_MAX = 200  # unfinished tasks a listing asks the queen about
+PUSH_FOLLOW_MAX = 1000  # running tasks followed for their push notifications at once
 JSON_MODES = ["application/json", "text/plain"]
 FILE_MODE = "application/octet-stream"  # a capability that takes files takes any bytes
 
@@ -753,6 +754,11 @@ class ColonyAgent(RequestHandler):
         stored.CopyFrom(config)
         stored.task_id = task_id
         stored.id = config.id or str(uuid.uuid4())
+        if rec.state not in FINAL and task_id not in self._followers and \
+                len(self._followers) >= PUSH_FOLLOW_MAX:
+            raise InternalError(f"this gateway already sends the notifications of "
+                                f"{PUSH_FOLLOW_MAX} running tasks, its limit: try again "
+                                "when some have ended")
         rec.push[stored.id] = stored
         if rec.state not in FINAL and task_id not in self._followers:
             t = asyncio.get_running_loop().create_task(self._push_follow(rec, client))
