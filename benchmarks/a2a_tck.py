@@ -154,10 +154,13 @@ def main() -> None:
     anchor_results = results.get("anchor", {})
     only_meshant = sorted(t for t, (s, _) in mine.items()
                           if s == "failed" and anchor_results.get(t, ("",))[0] == "passed")
+    only_skipped = sorted(t for t, (s, _) in mine.items()
+                          if s == "skipped" and anchor_results.get(t, ("",))[0] == "passed")
     summary = {who: counts(r) for who, r in results.items()}
     if args.json:
         print(json.dumps({"urls": urls, "counts": summary,
                           "failed_on_meshant_passed_on_anchor": only_meshant,
+                          "skipped_on_meshant_passed_on_anchor": only_skipped,
                           "failed": {who: sorted(t for t, (s, _) in r.items() if s == "failed")
                                      for who, r in results.items()}}))
         return
@@ -171,6 +174,10 @@ def main() -> None:
     if anchor_results:
         print(f"failed on meshant, passed on the anchor: {len(only_meshant)}")
         for t in only_meshant:
+            print(f"  {t}")
+        print(f"skipped on meshant (not applicable to how it was started), passed on the "
+              f"anchor: {len(only_skipped)}")
+        for t in only_skipped:
             print(f"  {t}")
 
 

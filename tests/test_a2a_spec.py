@@ -273,6 +273,47 @@ def test_the_book_keeps_questions_and_answers_in_order_and_forgets_the_oldest() 
 
 # -- payloads, cards, callers ---------------------------------------------------------------
 
+REQUESTS = [
+    ("SendMessageRequest", {}),
+    ("SendMessageRequest", {"message": {"role": "ROLE_USER", "parts": []}}),
+    ("SendMessageRequest", {"message": {"messageId": "m", "parts": [{"text": "x"}]},
+                            "configuration": {"taskPushNotificationConfig": {
+                                "authentication": {}}}}),
+    ("SendMessageRequest", {"message": {"messageId": "m", "role": "ROLE_USER",
+                                        "parts": [{"data": {"a": [1, {"b": None}]}}]}}),
+    ("GetTaskRequest", {}), ("GetTaskRequest", {"id": "x"}), ("ListTasksRequest", {}),
+    ("TaskPushNotificationConfig", {}), ("TaskPushNotificationConfig", {"url": "u"}),
+    ("CancelTaskRequest", {}), ("SubscribeToTaskRequest", {}),
+    ("GetTaskPushNotificationConfigRequest", {}),
+    ("DeleteTaskPushNotificationConfigRequest", {"taskId": "t"}),
+    ("ListTaskPushNotificationConfigsRequest", {}),
+]
+
+
+@pytest.mark.parametrize(("kind", "body"), REQUESTS)
+def test_requests_are_checked_as_the_sdk_checks_them(kind: str, body: dict[str, Any]) -> None:
+    """The gateway's check of REQUIRED fields (read from the descriptors once) finds
+    exactly what the SDK's own validate_proto_required_fields finds."""
+    from a2a.types import a2a_pb2
+    from a2a.utils.proto_utils import validate_proto_required_fields
+    from google.protobuf.json_format import ParseDict
+
+    from meshant.gateways.a2a import _checked
+
+    msg = ParseDict(body, getattr(a2a_pb2, kind)())
+    try:
+        validate_proto_required_fields(msg)
+        sdk: list[dict[str, str]] = []
+    except InvalidParamsError as e:
+        sdk = (e.data or {})["errors"]
+    try:
+        _checked(msg)
+        mine: list[dict[str, str]] = []
+    except InvalidParamsError as e:
+        mine = (e.data or {})["errors"]
+        assert all(x["field"] in e.message for x in mine)  # the message names them
+    assert sorted(map(str, mine)) == sorted(map(str, sdk))
+
 def test_file_parts_are_the_payload_as_bytes() -> None:
     one = Message(message_id="m", role=Role.ROLE_USER,
                   parts=[Part(raw=b"\x00\x01", media_type="image/png")])
@@ -455,11 +496,15 @@ def test_contexts_history_and_timestamps(edge: Edge) -> None:
     url, _ = edge.a2a()
     t0 = time.time()
     sent = message({}, contextId="conv-1")
-    task = rpc(url + "/agents/greet", "SendMessage", {"message": sent})["result"]["task"]
+    task = rpc(url + "/agents/greet", "SendMessage", {
+        "message": sent, "configuration": {"historyLength": 10}})["result"]["task"]
     tid = task["id"]
     assert task["contextId"] == "conv-1" and task["status"]["state"] == \
         "TASK_STATE_INPUT_REQUIRED"
     assert [h["messageId"] for h in task["history"]] == [sent["messageId"]]
+    # (Without a historyLength, the reply to a message does not send it back.)
+    again = rpc(url + "/agents/echo", "SendMessage", {"message": message("x")})["result"]
+    assert "history" not in again["task"]
     # A message naming the task with another context is refused; with none, inferred.
     err = rpc(url + "/agents/greet", "SendMessage", {"message": message(
         "Ada", taskId=tid, contextId="conv-2")})["error"]

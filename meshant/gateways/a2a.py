@@ -88,7 +88,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
+from a2a.utils.proto_utils import to_stream_response
 from a2a.utils.task import apply_history_length, validate_history_length
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -168,11 +168,14 @@ def payload_of(msg: Message) -> Any:
     message with files: one raw part alone is its bytes (carried to the capability as a
     blob), several parts a list of their values (text, JSON, or a file's
     ``{"raw"|"url", "mediaType", "filename"}``). A URL is passed on, never fetched."""
+    files = False
     for i, part in enumerate(msg.parts):
-        if part.WhichOneof("content") is None:
+        kind = part.WhichOneof("content")
+        if kind is None:
             raise InvalidParamsError(f"part {i} of the message has no content (text, data, "
                                      "raw or url)")
-    if not any(_is_file(p) for p in msg.parts):
+        files = files or kind in ("raw", "url")
+    if not files:
         for part in msg.parts:
             if part.HasField("data"):
                 return _narrow(MessageToDict(part.data))
@@ -202,6 +205,19 @@ def takes_files(about: dict[str, Any]) -> bool:
     return not about.get("payload") or check_payload("", about, "") is None
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether a value is JSON as it is (no bytes, no other types, string keys)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return True
+    if depth > 32:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def parts_of(value: Any) -> list[Part]:
     """A value as parts: a string as text, bytes as a file (raw), anything else as a
     data part."""
@@ -210,7 +226,9 @@ def parts_of(value: Any) -> list[Part]:
     if isinstance(value, bytes | bytearray):
         return [Part(raw=bytes(value), media_type=FILE_MODE)]
     try:
-        return [Part(data=ParseDict(jsonable(value), struct_pb2.Value()))]
+        # (A value that is JSON already skips jsonable's encode-and-decode round trip.)
+        return [Part(data=ParseDict(value if _plain(value) else jsonable(value),
+                                    struct_pb2.Value()))]
     except Exception:
         return [Part(text=payload_text(value))]
 
@@ -228,7 +246,10 @@ def _agent_message(message_id: str, task_id: str, context_id: str, text: str,
 
 
 def _stamp(status: TaskStatus, wall: float) -> TaskStatus:
-    status.timestamp.FromNanoseconds(int(wall * 1e9))
+    # The fields set directly: Timestamp.FromNanoseconds checks its range in Python, on
+    # every status of every reply.
+    ns = int(wall * 1e9)
+    status.timestamp.seconds, status.timestamp.nanos = divmod(ns, 1_000_000_000)
     return status
 
 
@@ -292,7 +313,8 @@ class TaskView:
         if self.message is not None:
             t.status.message.CopyFrom(self.message)
         if self.capability:
-            t.metadata.update({"skill": self.capability})
+            # Set in place: Struct.update converts key by key in Python.
+            t.metadata.fields["skill"].string_value = self.capability
         return t
 
     def _status(self, state: TaskState, message: Message | None,
@@ -309,7 +331,7 @@ class TaskView:
     def _artifact(self, artifact_id: str, name: str, value: Any,
                   seq: int) -> TaskArtifactUpdateEvent:
         a = Artifact(artifact_id=artifact_id, name=name, parts=parts_of(value))
-        a.metadata.update({"seq": seq})
+        a.metadata.fields["seq"].number_value = seq
         self.artifacts.append(a)
         return TaskArtifactUpdateEvent(task_id=self.task_id, context_id=self.context_id,
                                        artifact=a, last_chunk=name == "result")
@@ -345,16 +367,80 @@ def a2a_error(e: MeshantError) -> A2AError:
     return InternalError(text, data={"code": code})
 
 
+# Per message type, the fields a check reads: (field, REQUIRED?, how it is kept, and
+# whether the check goes into it). Read from the descriptors once: the SDK's own check
+# (validate_proto_required_fields) reads every field's options of every nested message,
+# a data part's whole JSON included, on every request (~0.1 ms a SendMessage).
+_Plan = tuple[tuple[Any, bool, str, str | None], ...]
+_PLANS: dict[str, _Plan] = {}
+
+
+def _plan(desc: Any) -> _Plan:
+    from google.api.field_behavior_pb2 import (  # type: ignore[import-untyped]
+        FieldBehavior,
+        field_behavior,
+    )
+    from google.protobuf.descriptor import FieldDescriptor
+
+    plan = _PLANS.get(desc.full_name)
+    if plan is not None:
+        return plan
+    _PLANS[desc.full_name] = ()  # a message type that holds itself: nothing more below
+    steps = []
+    for f in desc.fields:
+        required = FieldBehavior.REQUIRED in f.GetOptions().Extensions[field_behavior]
+        repeated = getattr(f, "is_repeated", None)  # protobuf >= 6.31; older: its label
+        if repeated is None:
+            repeated = getattr(f, "label", None) == FieldDescriptor.LABEL_REPEATED
+        how = "repeated" if repeated else ("presence" if f.has_presence else "scalar")
+        into = None
+        if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type is not None:
+            entry = f.message_type.GetOptions().map_entry
+            inner = f.message_type.fields_by_name["value"].message_type if entry else \
+                f.message_type
+            if inner is not None and _plan(inner):
+                into = "map" if entry else ("many" if repeated else "one")
+        if required or into:
+            steps.append((f, required, how, into))
+    _PLANS[desc.full_name] = plan = tuple(steps)
+    return plan
+
+
+def _missing(msg: Any, prefix: str = "") -> list[dict[str, str]]:
+    """The REQUIRED fields ``msg`` lacks, as the SDK names them (``message.parts``)."""
+    out: list[dict[str, str]] = []
+    plan = _PLANS.get(msg.DESCRIPTOR.full_name)
+    for f, required, how, into in plan if plan is not None else _plan(msg.DESCRIPTOR):
+        name = f.name
+        if how == "presence" or into == "one":
+            present = msg.HasField(name)
+            if required and not present:
+                out.append({"field": prefix + name, "message": "Field is required."})
+            if into and present:
+                out += _missing(getattr(msg, name), f"{prefix}{name}.")
+            continue
+        value = getattr(msg, name)
+        if required and (not value if how == "repeated" else value == f.default_value):
+            out.append({"field": prefix + name, "message": (
+                "Field must contain at least one element." if how == "repeated"
+                else "Field is required.")})
+        if into == "many":
+            for i, item in enumerate(value):
+                out += _missing(item, f"{prefix}{name}[{i}].")
+        elif into == "map":
+            for k, item in value.items():
+                out += _missing(item, f"{prefix}{name}[{k}].")
+    return out
+
+
 def _checked(params: Any, history: Any = None) -> None:
     """The request whole, before anything runs: its required fields (the spec's
-    REQUIRED ones), a history length that is not negative."""
-    try:
-        validate_proto_required_fields(params)
-    except InvalidParamsError as e:
-        errors = (e.data or {}).get("errors") or []
-        what = "; ".join(f"{x['field']}: {x['message']}" for x in errors) or e.message
+    REQUIRED ones, the SDK's rule), a history length that is not negative."""
+    errors = _missing(params)
+    if errors:
+        what = "; ".join(f"{x['field']}: {x['message']}" for x in errors)
         raise InvalidParamsError(f"invalid {type(params).__name__}: {what}",
-                                 data=e.data) from None
+                                 data={"errors": errors})
     if history is not None:
         validate_history_length(history)
 
@@ -416,7 +502,8 @@ class ColonyAgent(RequestHandler):
         """The message's payload for ``skill``, checked against its schema."""
         about = self.link.catalog.get(skill, {})
         payload = payload_of(msg)
-        files = [p for p in msg.parts if _is_file(p)]
+        files = [p for p in msg.parts if _is_file(p)] if isinstance(payload, bytes | list) \
+            else []
         if files and not takes_files(about):
             kinds = ", ".join(sorted({p.media_type or FILE_MODE for p in files}))
             raise ContentTypeNotSupportedError(
@@ -453,13 +540,17 @@ class ColonyAgent(RequestHandler):
         assert st is not None
         self.book.status(fut.task_id, st[0], st[1], time.time())
 
-    def _with_book(self, task: Task, caller: Caller | None, history: Any = None) -> Task:
+    def _with_book(self, task: Task, caller: Caller | None, history: Any = None, *,
+                   asked: bool = False) -> Task:
         """A task with what this gateway's book knows of it: its context, history, and
-        (when the book saw the state it is in) when that state began."""
+        (when the book saw the state it is in) when that state began. ``asked``: the
+        history only if the request set a historyLength (a reply to the message just
+        sent need not send it back: the spec leaves the default to the server)."""
         rec = self._visible(self.book.get(task.id), caller)
         if rec is not None:
             task.context_id = rec.context_id
-            task.history.extend(rec.history)
+            if not asked or (history is not None and history.HasField("history_length")):
+                task.history.extend(rec.history)
             if rec.state == task.status.state:
                 _stamp(task.status, rec.updated)
         return apply_history_length(task, history)
@@ -563,13 +654,13 @@ class ColonyAgent(RequestHandler):
                 view.event(e)
                 if view.state in FINAL or view.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                     break
-        return self._with_book(view.task(), caller, params.configuration)
+        return self._with_book(view.task(), caller, params.configuration, asked=True)
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Any]:
         view, fut, client = await self._start(params, context)
         yield self._with_book(view.task(), self._caller(context, act=False),
-                              params.configuration)
+                              params.configuration, asked=True)
         async for ev in self._events(view, fut, client, stop_on_input=True):
             yield ev
 

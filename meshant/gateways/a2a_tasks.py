@@ -74,7 +74,7 @@ class Record:
         t = Task(id=self.task_id, context_id=self.context_id, status=self.status(),
                  history=self.history)
         if self.capability:
-            t.metadata.update({"skill": self.capability})
+            t.metadata.fields["skill"].string_value = self.capability
         return t
 
 

@@ -283,7 +283,10 @@ class _Pump:
 
     async def get(self, timeout: float | None) -> Update | object | None:
         try:
-            return await asyncio.wait_for(self.q.get(), timeout)
+            # asyncio.timeout, not wait_for: no task made per wait (3.11's wait_for wraps
+            # the awaitable in one), on a path every update of a stream takes.
+            async with asyncio.timeout(timeout):
+                return await self.q.get()
         except TimeoutError:
             return _TICK
 
@@ -316,7 +319,8 @@ class _Woken:
             except queue.Empty:
                 pass
             try:
-                await asyncio.wait_for(self.event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.event.wait()
             except TimeoutError:
                 return _TICK
 
@@ -390,7 +394,10 @@ async def follow(fut: TaskFuture[Any], client: Client | None = None,
                 last = max(last, item.seq)
                 yield item
         try:
-            value = await asyncio.wrap_future(src.fut)
+            # Most often it has ended already (its end is what stopped the updates): read
+            # it at once, without a loop future and a wake-up from another thread.
+            value = (src.fut.result() if src.fut.done()
+                     else await asyncio.wrap_future(src.fut))
         except MeshantError as e:
             yield Ended(error=e)
         else:
