@@ -3,7 +3,8 @@
 run: passed, failed and skipped for each, and the tests that fail on meshant only.
 
     git clone https://github.com/a2aproject/a2a-tck && cd a2a-tck && git checkout 1.0-dev
-    python -m venv /tmp/tck-venv && /tmp/tck-venv/bin/pip install -e .   # the TCK's deps
+    # the TCK's dependencies (its pyproject.toml's list) in a venv of their own, e.g. at
+    # /tmp/tck-venv, as the TCK's README says
     python -m benchmarks.a2a_tck --tck PATH --tck-python /tmp/tck-venv/bin/python
                                  [--capability echo] [--push] [--no-anchor] [--json]
                                  [--transport jsonrpc,http_json] [-- PYTEST_ARGS]
@@ -115,7 +116,8 @@ def main() -> None:
     if check.returncode != 0:
         raise SystemExit(f"{args.tck_python} lacks the TCK's dependencies ("
                          f"{check.stderr.strip().splitlines()[-1]}): install them into a "
-                         f"venv of their own (pip install -e {tck}) and pass --tck-python")
+                         f"venv of their own (the list in {tck / 'pyproject.toml'}) and "
+                         "pass its python as --tck-python")
 
     procs: list[subprocess.Popen[str]] = []
     env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
