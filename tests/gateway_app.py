@@ -69,3 +69,9 @@ def hold(payload: Any, ctx: TaskContext) -> str:
     if ctx.cancelled.wait(seconds):
         raise RuntimeError("cancelled")
     return "held"
+
+
+@forager.task("explode")
+def explode(payload: Any) -> Any:
+    """Fail with a ValueError carrying the payload."""
+    raise ValueError(str(payload))

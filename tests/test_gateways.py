@@ -264,10 +264,10 @@ def test_a2a_input_required_answered_by_a_second_message(edge: Edge) -> None:
     results = [e.artifact_update.artifact for e in evs
                if e.WhichOneof("payload") == "artifact_update"]
     assert _data(results[-1].parts) == "hello, Ada"
-    # A message on a task that waits for nothing is refused.
-    from a2a.utils.errors import InvalidParamsError
+    # A message on a task that ended is refused (the spec's UnsupportedOperationError).
+    from a2a.utils.errors import UnsupportedOperationError
 
-    with pytest.raises(InvalidParamsError, match="not waiting for input"):
+    with pytest.raises(UnsupportedOperationError, match="ended takes no more messages"):
         run(_send(url, "again", task_id=t.id))
 
 

@@ -41,7 +41,8 @@ def http_options(default_port: int) -> Callable[[F], F]:
                      "act as this gateway's own identity (its --curve-secret)."),
         click.option("--token-file", metavar="FILE", type=click.Path(dir_okay=False),
                      help="Tokens mapped to colony identities, a line each: 'TOKEN NAME "
-                          "[KEYFILE] [read]'. The queen's rights table applies to each "
+                          "[KEYFILE] [read|operator]' (an operator sees every caller's "
+                          "tasks in A2A's ListTasks). The queen's rights table applies to each "
                           "caller's key as to any CURVE key (docs/security.md)."),
         click.option("--anonymous", type=click.Choice(["act", "read", "refuse"]),
                      help="What a request without a token may do. Default: act on "
@@ -124,10 +125,19 @@ def _link(conn: Connection, name: str | None, refresh: float) -> Any:
 @click.option("--refresh", type=float, default=1.0, show_default=True,
               help="Seconds between reads of the colony's capabilities (the card's "
                    "skills follow foragers as they come and go).")
+@click.option("--push-host", "push_host", multiple=True, metavar="NAME",
+              help="Offer push notifications, to webhooks on this host: a name, an IP "
+                   "address, '*.DOMAIN' (its subdomains) or '*' (any public host). Never to "
+                   "a private, loopback or link-local address unless --push-network allows "
+                   "it. Without it, push notifications are not offered.")
+@click.option("--push-network", "push_network", multiple=True, metavar="CIDR",
+              help="A non-public network webhooks may be in too (e.g. 127.0.0.0/8 for a "
+                   "receiver on this machine, 10.0.0.0/8 inside a private network).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ready line as JSON.")
 def a2a_cmd(conn: Connection, listen: str, allow_host: tuple[str, ...], token: str | None,
             token_file: str | None, anonymous: str | None, public_url: str | None,
             max_body: int, name: str | None, wait: float | None, refresh: float,
+            push_host: tuple[str, ...], push_network: tuple[str, ...],
             as_json: bool) -> None:
     """Serve the colony to A2A clients (A2A 1.0: JSON-RPC with SSE streaming, and
     HTTP+JSON).
@@ -143,12 +153,20 @@ def a2a_cmd(conn: Connection, listen: str, allow_host: tuple[str, ...], token: s
       meshant a2a --listen 127.0.0.1:8470
     """
     _need("a2a", "a2a")
+    from meshant.errors import ConfigError
+
     host, port = _address(listen)
     callers = callers_of(host, token, token_file, anonymous)
+    try:
+        from meshant.gateways.a2a_push import PushPolicy
+
+        push = PushPolicy.of(push_host, push_network)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
     link = _link(conn, name, refresh)
     try:
         asyncio.run(_serve_a2a(link, host, port, callers, allow_host, public_url,
-                               max_body, wait, as_json))
+                               max_body, wait, push, as_json))
     except OSError as e:
         raise click.ClickException(f"cannot listen on {listen}: {e.strerror or e}") from None
     finally:
@@ -157,7 +175,7 @@ def a2a_cmd(conn: Connection, listen: str, allow_host: tuple[str, ...], token: s
 
 async def _serve_a2a(link: Any, host: str, port: int, callers: Any,
                      allow_host: tuple[str, ...], public_url: str | None, max_body: int,
-                     wait: float | None, as_json: bool) -> None:
+                     wait: float | None, push: Any, as_json: bool) -> None:
     from meshant.gateways import a2a
     from meshant.gateways.http import bind, gateway_limits, guarded, serve, url_of
 
@@ -165,18 +183,22 @@ async def _serve_a2a(link: Any, host: str, port: int, callers: Any,
     sock = bind(host, port)
     url = public_url or url_of(sock, host)
     limits = gateway_limits(max_body)
-    app = guarded(a2a.app(link, url, wait=wait), host, callers, limits, allow_host)
+    app = guarded(a2a.app(link, url, wait=wait, push=push), host, callers, limits,
+                  allow_host)
 
     def ready() -> None:
         info = {"a2a": url + "/", "card": url + "/.well-known/agent-card.json",
                 "spec": a2a.SPEC, "bindings": list(a2a.BINDINGS),
-                "skills": list(link.catalog)}
+                "colony": link.colony, "skills": list(link.catalog),
+                "push": list(push.hosts)}
         if as_json:
             click.echo(json.dumps(info))
         else:
-            click.echo(f"meshant a2a: serving {a2a.SPEC} ({', '.join(a2a.BINDINGS)}) at "
-                       f"{url}/ — card {info['card']}; skills: "
-                       f"{', '.join(link.catalog) or 'none yet'}")
+            click.echo(f"meshant a2a: serving {a2a.SPEC} ({', '.join(a2a.BINDINGS)}) for "
+                       f"colony {link.colony!r} at {url}/ — card {info['card']}; skills: "
+                       f"{', '.join(link.catalog) or 'none yet'}"
+                       + (f"; push notifications to {', '.join(push.hosts)}"
+                          if push.enabled else ""))
         sys.stdout.flush()
 
     await serve(app, sock, limits, ready)

@@ -11,6 +11,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,11 @@ from meshant.errors import ConfigError, MeshantError
 log = logging.getLogger("meshant.gateways")
 
 # What a caller may do: read (list capabilities, get a task) or act (submit, answer,
-# cancel) too. Rights per operation beyond that are the queen's (its rights table,
-# applied to the caller's CURVE key).
-READ, ACT = "read", "act"
+# cancel) too; an operator acts and also sees every caller's tasks in a gateway's task
+# listings (A2A ListTasks). Rights per operation beyond that are the queen's (its rights
+# table, applied to the caller's CURVE key).
+READ, ACT, OPERATOR = "read", "act", "operator"
+RIGHTS = (READ, ACT, OPERATOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,17 @@ class Caller:
 
     @property
     def may_act(self) -> bool:
-        return self.rights == ACT
+        return self.rights in (ACT, OPERATOR)
+
+    @property
+    def operator(self) -> bool:
+        """Whether the caller sees every caller's tasks in a listing."""
+        return self.rights == OPERATOR
+
+    @property
+    def identity(self) -> tuple[str | None, str | None]:
+        """The colony identity the caller acts as: whose tasks are its own."""
+        return self.name, self.curve_secret
 
 
 @dataclass(slots=True)
@@ -64,29 +77,47 @@ class Callers:
 
 
 def read_token_file(path: str) -> dict[str, Caller]:
-    """A token file: one caller a line, ``TOKEN NAME [KEYFILE] [read]`` (``#`` comments).
-    NAME is the client name the caller's requests come from; KEYFILE its CURVE secret
-    key (the queen applies that key's roles); ``read`` makes the caller read-only."""
+    """A token file: one caller a line, ``TOKEN NAME [KEYFILE] [read|operator]`` (``#``
+    comments). NAME is the client name the caller's requests come from; KEYFILE its CURVE
+    secret key (the queen applies that key's roles); ``read`` makes the caller read-only,
+    ``operator`` lets it see every caller's tasks in listings (so does a KEYFILE whose
+    key holds the ``admin`` role: it is an operator at the queen too)."""
     out: dict[str, Caller] = {}
     for n, raw in enumerate(Path(path).read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].split()
         if not line:
             continue
         if len(line) < 2 or len(line) > 4:
-            raise ConfigError(f"{path}:{n}: expected 'TOKEN NAME [KEYFILE] [read]'")
+            raise ConfigError(f"{path}:{n}: expected 'TOKEN NAME [KEYFILE] [read|operator]'")
         token, name, *rest = line
         rights = ACT
-        if rest and rest[-1] in (READ, ACT):
+        if rest and rest[-1] in RIGHTS:
             rights = rest.pop()
+        if len(rest) > 1:
+            raise ConfigError(f"{path}:{n}: {rest[-1]!r} is not a right (read, act or "
+                              "operator): expected 'TOKEN NAME [KEYFILE] [read|operator]'")
         key = rest[0] if rest else None
         if key is not None and not Path(key).exists():
             raise ConfigError(f"{path}:{n}: no key file {key!r}")
+        if key is not None and rights == ACT and _admin_key(key):
+            rights = OPERATOR
         if len(token) < 16:
             raise ConfigError(f"{path}:{n}: a token needs at least 16 characters")
         out[token] = Caller(name, key, rights)
     if not out:
         raise ConfigError(f"{path}: no tokens in it")
     return out
+
+
+def _admin_key(path: str) -> bool:
+    """Whether a CURVE key file grants the ``admin`` role (its metadata's roles)."""
+    from meshant.adapters.security import read_grant
+
+    try:
+        grant = read_grant(Path(path))
+    except (OSError, UnicodeDecodeError):
+        return False
+    return grant is not None and "admin" in grant.roles
 
 
 class ColonyLink:
@@ -105,6 +136,11 @@ class ColonyLink:
         self._task: asyncio.Task[None] | None = None
         # Task id -> what wakes the coroutine that follows it (see follow()).
         self.wakers: dict[str, Callable[[], None]] = {}
+        # Called as fn(task_id, update) in a client's I/O thread for every update of a
+        # task submitted through this link (a gateway's record of its tasks' states).
+        self.observers: list[Callable[[str, Update], None]] = []
+        self.colony = "default"  # the colony's name, as its queen says
+        self.catalog_changed = time.time()  # wall time the capabilities last changed
 
     def client(self, caller: Caller | None = None) -> Client:
         """The connected client of ``caller`` (None: the gateway's own identity)."""
@@ -122,8 +158,10 @@ class ColonyLink:
             self._clients[key] = c
             return c
 
-    def _woken(self, task_id: str, _update: Update) -> None:
+    def _woken(self, task_id: str, update: Update) -> None:
         """A submitted task's update is in its future (the client's I/O thread)."""
+        for fn in self.observers:
+            fn(task_id, update)
         wake = self.wakers.get(task_id)
         if wake is not None:
             wake()
@@ -145,10 +183,14 @@ class ColonyLink:
     async def refresh_now(self) -> bool:
         """Read the capabilities once; True when they changed."""
         st = await asyncio.to_thread(self.client().status)
+        colony = (st.get("queen") or {}).get("colony")
+        if isinstance(colony, str) and colony:
+            self.colony = colony
         new = catalog_of(st.get("foragers") or [])
         if new == self.catalog:
             return False
         self.catalog = new
+        self.catalog_changed = time.time()
         for fn in list(self._watchers):
             try:
                 out = fn()
@@ -241,7 +283,10 @@ class _Pump:
 
     async def get(self, timeout: float | None) -> Update | object | None:
         try:
-            return await asyncio.wait_for(self.q.get(), timeout)
+            # asyncio.timeout, not wait_for: no task made per wait (3.11's wait_for wraps
+            # the awaitable in one), on a path every update of a stream takes.
+            async with asyncio.timeout(timeout):
+                return await self.q.get()
         except TimeoutError:
             return _TICK
 
@@ -274,7 +319,8 @@ class _Woken:
             except queue.Empty:
                 pass
             try:
-                await asyncio.wait_for(self.event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.event.wait()
             except TimeoutError:
                 return _TICK
 
@@ -307,15 +353,19 @@ async def kept(client: Client, att: Attachment, wait: float = 5.0) -> list[Updat
 
 
 async def follow(fut: TaskFuture[Any], client: Client | None = None,
-                 link: ColonyLink | None = None) -> AsyncIterator[Event]:
+                 link: ColonyLink | None = None, after: int | None = None
+                 ) -> AsyncIterator[Event]:
     """The updates of a submitted task (or an attachment), each once and in order, then
     its end. With ``client`` (the one that submitted or attached) a queen's failover
     loses nothing past the cursor: the updates the new leader got before this client
     was back are read from it (an attachment from the cursor), and an attachment, which
     a new leader does not know of, is made again there. With ``link`` (whose client
-    submitted it) a submitted task is followed without a thread of its own."""
+    submitted it) a submitted task is followed without a thread of its own. ``after``:
+    the last update already read (by :func:`kept`), when it may be older than the
+    attachment's cursor (an update arriving after ``kept`` returned is still to come)."""
     loop = asyncio.get_running_loop()
-    last = fut.last_seq if isinstance(fut, Attachment) else 0
+    last = after if after is not None else (
+        fut.last_seq if isinstance(fut, Attachment) else 0)
     epoch = client.epoch if client is not None else ""
     src: _Pump | _Woken = (_Woken(fut, loop, link.wakers)
                            if link is not None and not isinstance(fut, Attachment)
@@ -344,7 +394,10 @@ async def follow(fut: TaskFuture[Any], client: Client | None = None,
                 last = max(last, item.seq)
                 yield item
         try:
-            value = await asyncio.wrap_future(src.fut)
+            # Most often it has ended already (its end is what stopped the updates): read
+            # it at once, without a loop future and a wake-up from another thread.
+            value = (src.fut.result() if src.fut.done()
+                     else await asyncio.wrap_future(src.fut))
         except MeshantError as e:
             yield Ended(error=e)
         else:
@@ -404,6 +457,7 @@ def jsonable(value: Any) -> Any:
 __all__ = [
     "ACT",
     "CONTENT_KEY",
+    "OPERATOR",
     "PATIENCE",
     "READ",
     "Caller",

@@ -376,8 +376,9 @@ def _message(payload: Any, skill: str, task_id: str = "", context_id: str = "") 
 
     from meshant.gateways.a2a import parts_of
 
+    value = payload if isinstance(payload, bytes) else jsonable(payload)  # bytes: a file
     m = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER,
-                parts=parts_of(jsonable(payload)), task_id=task_id, context_id=context_id)
+                parts=parts_of(value), task_id=task_id, context_id=context_id)
     m.metadata.update({"skill": skill})
     return m
 
@@ -393,12 +394,16 @@ def _text(parts: Any) -> str:
 
 
 def _value(parts: Any, narrow: Any) -> Any:
-    """Parts as one value: a data part's JSON, else the text."""
+    """Parts as one value: a data part's JSON, else a file's bytes (one raw part and no
+    text), else the text."""
     from google.protobuf.json_format import MessageToDict
 
     for p in parts:
         if p.HasField("data"):
             return narrow(MessageToDict(p.data))
+    raw = [p for p in parts if p.HasField("raw")]
+    if len(raw) == 1 and not any(p.HasField("text") for p in parts):
+        return bytes(raw[0].raw)
     return _text(parts)
 
 
