@@ -550,3 +550,29 @@ def test_durability_power_fsyncs_every_commit(tmp_path: Path) -> None:
         Queen("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", durability="disk")
     r = meshant("queen", "--durability", "disk")
     assert r.returncode == 2 and "'process'" in r.stderr
+
+
+def test_verify_takes_a_running_tasks_last_note_for_no_missing_entry(tmp_path: Path) -> None:
+    # Found by the simulator's weather (#33): a task whose history ends at a note (its
+    # progress, a question) while it runs was reported "its last entries are missing"
+    # — notes are in the chain, but the task row holds the last *state*.
+    from meshant.core.nodes.registry import Node, Registry
+    from meshant.core.queen.outbox import Record
+    from meshant.core.tasks.scheduler import Scheduler
+    from meshant.storage.commit import commit_all
+
+    reg = Registry()
+    reg.add(Node(name="f", identity=b"f", role="forager", codec="iacp2", slots=1,
+                 tools=frozenset({"echo"})), 0.0)
+    s = Scheduler(reg)
+    s.track_changes = True
+    s.submit(Task(id="t1", capability="echo"), 0.0)
+    s.dispatch(0.0)
+    att = s.attempts["t1.1"]
+    s.progress(att, {"fraction": 0.5, "n": 1}, 0.1)
+    j = Journal(str(tmp_path / "j.db"))
+    commit_all(j, [Record(list(s.changed.values()))], 1e9)
+    rows = j.find("t1", events=True)
+    assert rows is not None and rows["events"][-1]["state"] == "progress"
+    assert j.verify() == []
+    j.close()

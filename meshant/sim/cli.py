@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from meshant.sim.run import Result, relevant, run_seed, shrink
+from meshant.sim.weather import PROFILES, profile_of
 
 
 def _pinned_hash_seed() -> None:
@@ -26,12 +27,14 @@ def _pinned_hash_seed() -> None:
         os.execv(sys.executable, [sys.executable, "-m", "meshant.sim", *sys.argv[1:]])
 
 
-def _one(seed: int) -> dict[str, Any]:
+def _one(job: tuple[int, str]) -> dict[str, Any]:
     """Run one seed (in a worker); a failure comes back shrunk."""
-    r = run_seed(seed)
-    out: dict[str, Any] = {"seed": seed, "tasks": r.tasks, "steps": r.steps}
+    seed, name = job
+    profile = profile_of(name, seed)
+    r = run_seed(seed, profile=profile)
+    out: dict[str, Any] = {"seed": seed, "profile": name, "tasks": r.tasks, "steps": r.steps}
     if r.violation is not None:
-        small = shrink(seed, r)
+        small = shrink(seed, r, runner=lambda s, d: run_seed(s, d, profile))
         assert small.violation is not None
         out.update(invariant=small.violation.invariant, detail=small.violation.detail,
                    faults=[str(f).strip() for f in small.faults],
@@ -49,10 +52,11 @@ def _report(r: dict[str, Any], as_json: bool) -> None:
         click.echo(json.dumps(r))
         return
     seed = r["seed"]
+    pf = f" --profile {r['profile']}" if r["profile"] != "all" else ""
     click.echo(f"seed {seed} failed: {r['invariant']}: {r['detail']}")
-    click.echo(f"  replay:        python -m meshant.sim --seed {seed}")
+    click.echo(f"  replay:        python -m meshant.sim --seed {seed}{pf}")
     if r["without"]:
-        click.echo(f"  shrunk replay: python -m meshant.sim --seed {seed} --without "
+        click.echo(f"  shrunk replay: python -m meshant.sim --seed {seed}{pf} --without "
                    + ",".join(map(str, r["without"])))
     click.echo("  the faults that still break it:" + ("" if r["faults"] else " none"))
     for f in r["faults"]:
@@ -74,14 +78,25 @@ def _report(r: dict[str, Any], as_json: bool) -> None:
                    "names them.")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None,
               help="Processes to run seeds in (default: one per CPU).")
+@click.option("--profile", "-p", type=click.Choice(["all", *sorted(PROFILES)]),
+              default="all", show_default=True,
+              help="What the runs are made of (meshant/sim/weather.py): 'all' runs each "
+                   "seed in the profile its number picks, so every profile gets its share.")
+@click.option("--cost", "cost", type=click.IntRange(1), default=None, metavar="N",
+              help="Measure instead: the queen's CPU per virtual second with N idle "
+                   "foragers and a trickle of tasks (meshant/sim/cost.py).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per failure.")
 def main(seeds: int, start: int, one: int | None, without: str, jobs: int | None,
-         as_json: bool) -> None:
+         profile: str, cost: int | None, as_json: bool) -> None:
     """Run the whole colony in the deterministic simulator: the real queen core,
     forager and client sessions and journal over a simulated network and clock, through
     seeded faults (queens killed mid-turn, failover with a deposed leader, foragers
     crashed and paused, partitions, duplicated and late messages, garbage), with every
     promise checked at every step and at the end.
+
+    Each seed draws its own weather too: which faults and how often, the network's
+    delays and pipes, clock drift and skew, failing journal reads, durability, the
+    queen's turn, the workload's size.
 
     Prints one line, ``N seeds, F failed, T tasks, S s``, and exits 0 only when F is 0.
     A failure prints its seed, a shrunk set of faults, the steps that led to it, and the
@@ -89,9 +104,18 @@ def main(seeds: int, start: int, one: int | None, without: str, jobs: int | None
     """
     _pinned_hash_seed()
     t0 = time.perf_counter()
+    if cost is not None:
+        from meshant.sim.cost import measure
+
+        c = measure(cost)
+        click.echo(json.dumps({"foragers": c.foragers, "virtual_seconds": c.seconds,
+                               "queen_cpu": round(c.cpu, 4), "core_share": c.cpu_share,
+                               "messages": c.messages, "tasks": c.tasks})
+                   if as_json else c.summary())
+        return
     if one is not None:
         skip = frozenset(int(x) for x in without.split(",") if x.strip())
-        replay = run_seed(one, skip)
+        replay = run_seed(one, skip, profile_of(profile, one))
         for line in replay.trace:
             click.echo(line)
         if replay.violation is not None:
@@ -105,7 +129,9 @@ def main(seeds: int, start: int, one: int | None, without: str, jobs: int | None
     todo = range(start, start + seeds)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(jobs) if jobs > 1 else _Inline() as pool:
-        for r in pool.imap_unordered(_one, todo, chunksize=max(1, min(50, seeds // (jobs * 8)))):
+        jobs_ = [(s, profile) for s in todo]
+        for r in pool.imap_unordered(_one, jobs_,
+                                     chunksize=max(1, min(50, seeds // (jobs * 8)))):
             done += 1
             tasks += r["tasks"]
             if "invariant" in r:

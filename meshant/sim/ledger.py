@@ -3,6 +3,7 @@ submitted, what each handler produced, what each submitter was told, who led whe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,9 @@ class Run:
     ref: str
     life: str
     partials: int = 0  # partial results its handler sent (values {"run": uid, "i": 0, 1...})
+    started: float = 0.0
+    stopped: float | None = None  # when its handler was told to stop
+    ended: float | None = None  # when its handler ended (or its process died)
 
 
 @dataclass(slots=True)
@@ -79,6 +83,9 @@ class Ledger:
         # Commits a power cut took back (durability "process"): the promises that rest on
         # the journal keeping everything hold for the runs without one.
         self.lossy = 0
+        # Told of each outcome as it reaches its submitter (the colony checks what
+        # follows from it: a cancel reaching the run).
+        self.on_outcome: Callable[[str, dict[str, Any]], None] | None = None
 
     def fail(self, invariant: str, detail: str) -> None:
         if self.lossy and invariant in DURABLE:
@@ -98,6 +105,8 @@ class Ledger:
     def outcome(self, task: str, body: dict[str, Any]) -> None:
         got = self.outcomes.setdefault(task, [])
         got.append(body)
+        if self.on_outcome is not None:
+            self.on_outcome(task, body)
         if len(got) > 1:
             self.fail("one-outcome", f"task {task} was given {len(got)} final outcomes: "
                       f"{[b.get('state', b.get('code')) for b in got]}")

@@ -62,6 +62,9 @@ class SimPeer:
         self.alive = False
         self.paused_until = 0.0
         self.conn: Conn | None = None
+        # Bumped whenever the process stops hearing its queen for a while: a pause, a
+        # crash, a fresh connection (what an invariant about timely delivery excuses).
+        self.disturbed = 0
         self._again_at = -1.0
         self.subscribed = ""  # the queen whose PUB this peer hears
         self._wake_at = float("inf")
@@ -120,6 +123,7 @@ class SimPeer:
             return
         self.log(f"{self.name} crashes")
         self.alive = False
+        self.disturbed += 1
         if self.conn is not None:
             self.net.close(self.conn)
         self.net.unsubscribe(self)
@@ -129,6 +133,7 @@ class SimPeer:
         if not self.alive:
             return
         self.log(f"{self.name} is paused for {seconds:.2f} s")
+        self.disturbed += 1
         self.paused_until = self.clock.now + seconds
         gen = self.gen
         self.clock.at(self.paused_until, lambda: self.soon(gen, self.pump))
@@ -171,6 +176,7 @@ class SimPeer:
         arrive again late (a duplicate the network makes)."""
         if self.conn is None:
             return False
+        self.sending(item)
         return self.net.send_up(self.conn, frames,
                                 keep_late=_again(item) and self.rng.random() < 0.02)
 
@@ -222,6 +228,9 @@ class SimPeer:
     def role_session(self) -> Role:
         raise NotImplementedError
 
+    def sending(self, item: Item) -> None:
+        """What this peer is about to send (the invariants about what a peer says)."""
+
     def flush_limit(self) -> int:
         return FLUSH_MAX
 
@@ -256,6 +265,7 @@ class _SimPort:
 
     def open(self, endpoint: str, why: str) -> None:
         peer = self.peer
+        peer.disturbed += 1
         if peer.conn is not None:
             peer.net.close(peer.conn)
         peer.net.unsubscribe(peer)
@@ -360,14 +370,40 @@ class SimForager(SimPeer):
         self._uids = runs
         self.fs = ForagerSession(tools, slots, labels)
         self.handlers: dict[str, HandlerRun] = {}
+        self.latest: dict[str, int] = {}  # assign id -> the run started for it last
         super().__init__(name, **kw)
+
+    def crash(self) -> None:
+        if self.alive:
+            for h in self.handlers.values():  # (the process dies: so do its handlers)
+                self.ledger.runs[h.uid].ended = self.net.clock.now
+        super().crash()
 
     def fresh(self) -> None:
         self.fs = ForagerSession(self.tools, self.slots, self.labels)
         self.handlers = {}
+        self.latest = {}
 
     def role_session(self) -> Role:
         return self.fs
+
+    def sending(self, item: Item) -> None:
+        """A final result answers an assignment with the run this process started for
+        it last: never an older run's (one the queen no longer knows, kept for sending
+        again, while a queen that forgot it assigned the same id anew)."""
+        if not isinstance(item, p.Message) or item.kind not in ("task.result", "task.batch"):
+            return
+        items = item.b["results"] if item.kind == "task.batch" else [{**item.b,
+                                                                       "ref": item.ref}]
+        for b in items:
+            result = b.get("result") if isinstance(b, dict) else None
+            if b.get("partial") or "kind" in b or not isinstance(result, dict):
+                continue
+            run, latest = result.get("run"), self.latest.get(str(b.get("ref")))
+            if isinstance(run, int) and latest is not None and run != latest:
+                self.ledger.fail("latest-run-answers", f"{self.name} answers assignment "
+                                 f"{b.get('ref')} with run {run}'s result, though it "
+                                 f"started run {latest} for it since")
 
     def flush_limit(self) -> int:
         # The outbox in slices of 1, 2 or the real size (by the process's life, not the
@@ -390,6 +426,8 @@ class SimForager(SimPeer):
                     h = self.handlers.get(ref)
                     if h is not None and not h.stopped:
                         h.stopped = True
+                        run = self.ledger.runs[h.uid]
+                        run.stopped = self.net.clock.now
                         self._later(h, self.rng.uniform(0.0, 0.02), self._finish)
                 case fs_.Answered(ref=ref, request=request):
                     h = self.handlers.get(ref)
@@ -413,9 +451,11 @@ class SimForager(SimPeer):
         uid = self._uids()
         life = self.net.queens[self.queen]
         self.ledger.runs[uid] = Run(uid, start.task_id, start.attempt, self.name, start.ref,
-                                    f"{self.queen}@{life.incarnation}")
+                                    f"{self.queen}@{life.incarnation}",
+                                    started=self.net.clock.now)
         h = HandlerRun(start, uid, steps=self._plan(start))
         self.handlers[start.ref] = h
+        self.latest[start.ref] = uid
         self.log(f"{self.name} runs {start.ref} (run {uid})")
         self._later(h, self.rng.uniform(0.0, 0.01), self._step)
 
@@ -504,6 +544,7 @@ class SimForager(SimPeer):
         if self.handlers.get(h.start.ref) is not h:
             return
         del self.handlers[h.start.ref]
+        self.ledger.runs[h.uid].ended = self.net.clock.now
         payload = h.start.payload if isinstance(h.start.payload, dict) else {}
         if payload.get("fail"):
             body: dict[str, Any] = {"status": "error", "error": {"type": "SimError",
@@ -542,9 +583,11 @@ class SimClient(SimPeer):
 
     # -- the workload's calls -------------------------------------------------------------
 
-    def submit(self, capability: str, payload: Any, **options: Any) -> str:
+    def submit(self, capability: str, payload: Any, *, id: str | None = None,
+               **options: Any) -> str:
         body = {"capability": capability, "payload": payload, **options}
-        msg = p.Message("task.submit", body, frm=self.name, to="queen", ts=self.clock.now)
+        msg = p.Message("task.submit", body, frm=self.name, to="queen", ts=self.clock.now,
+                        id=id)
         self.ledger.submissions[msg.id] = Submission(
             msg.id, self.name, capability, payload, options.get("priority", 50),
             options.get("key"), max_attempts=options.get("max_attempts", 3),
@@ -554,9 +597,9 @@ class SimClient(SimPeer):
         self.pump()
         return msg.id
 
-    def submit_graph(self, nodes: list[dict[str, Any]]) -> str:
+    def submit_graph(self, nodes: list[dict[str, Any]], id: str | None = None) -> str:
         msg = p.Message("graph.submit", {"nodes": nodes, "updates": True}, frm=self.name,
-                        to="queen", ts=self.clock.now)
+                        to="queen", ts=self.clock.now, id=id)
         self.ledger.graphs[msg.id] = self.name
         self.log(f"{self.name} submits graph {msg.id} ({len(nodes)} nodes)")
         self.cs.submit_graph(msg.id, p.binary.encode(msg), self.clock.now)

@@ -19,6 +19,7 @@ from meshant import protocol as p
 from meshant.actors._reads import answer
 from meshant.core.journal.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
 from meshant.core.nodes.registry import Node
+from meshant.core.queen import outbox
 from meshant.core.queen.carry import carry_out
 from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
@@ -97,6 +98,7 @@ class SimQueen:
         self.all_queens = queens or [name]
         self.incarnation = 0
         self.up = False
+        self.disturbed = 0  # bumped by a kill, a pause, a change of leadership
         self.paused_until = 0.0
         self.core: QueenCore | None = None
         self.journal: Any = None
@@ -128,6 +130,8 @@ class SimQueen:
         self.key_of: Callable[[bytes], bytes | None] = lambda identity: None
         self._given = journal
         self._lease_asked = 0  # the life whose lease round is in flight (0: none)
+        self._marks: dict[tuple[str, Any], int] = {}
+        self._restored_n: dict[tuple[str, Any], int] = {}
 
     @property
     def wall_offset(self) -> float:
@@ -175,6 +179,7 @@ class SimQueen:
         if not self.up:
             return
         self.log(f"{self.life} is killed")
+        self.disturbed += 1
         self.up = False
         self.core = None
         self.journal = None
@@ -202,6 +207,7 @@ class SimQueen:
         if not self.up:
             return
         self.log(f"{self.life} is paused for {seconds:.2f} s")
+        self.disturbed += 1
         self.paused_until = self.clock.now + seconds
         life = self.incarnation
         self.clock.at(self.paused_until, lambda: self._resume(life))
@@ -247,6 +253,10 @@ class SimQueen:
                          restored=journal.restored() if journal is not None else None,
                          now=self.clock.now, rng=random.Random(self.rng.random()))
         core.lead(term, self._hint() if not restore and not self.roles.leading else None)
+        # The update numbers this life starts from (what the journal holds of each run).
+        self._marks = {}
+        self._restored_n = {(a.task.id, a.number): a.n
+                            for a in core.scheduler.attempts.values()}
         if restore:
             self.ledger.restored[self.life] = {
                 (att.task.id, att.number) for att in core.scheduler.held.values()}
@@ -273,12 +283,14 @@ class SimQueen:
         leader = store.holder if store.expires > self.net.clock.now else ""
         match self.roles.step(hold.valid(now), hold.term, leader):
             case TakeOver(term=term):
+                self.disturbed += 1
                 self.journal = self._open()  # fresh chains
                 self.core = self._core(restore=True)
                 self.roles.took_over(term)
                 self.log(f"{self.life} takes over (term {term}): "
                          f"{self.core.restored} unfinished tasks")
             case StepDown(term=term):
+                self.disturbed += 1
                 self.core = self._core(restore=False)
                 self.log(f"{self.life} steps down (term {term})")
             case Hint():
@@ -385,13 +397,61 @@ class SimQueen:
         actions = core.take()
         self._check_assigns(core, actions)
         self._check_bounds(core)
+        self._check_updates(core)
         self._carry_out(core, actions)
+        if self.core is core and self.up:
+            self._check_kept(core)
+
+    def _check_updates(self, core: QueenCore) -> None:
+        """An attempt's progress reports and partial results are taken in the order its
+        handler made them, none skipped: each number (``n``) the queen takes is the one
+        after the last it holds (after a restart, the last the journal holds)."""
+        marks = self._marks
+        for w in core.out.work:
+            if not isinstance(w, Deliver) or "n" not in w.body:
+                continue
+            key = (w.task.id, w.body.get("attempt"))
+            last = marks.get(key, self._restored_n.get(key, 0))
+            n = w.body["n"]
+            if n != last + 1:
+                self.ledger.fail("update-order", f"{self.life} took update {n} of task "
+                                 f"{key[0]}'s attempt {key[1]} after {last}")
+            marks[key] = n
+
+    def _check_kept(self, core: QueenCore) -> None:
+        """What the queen keeps for a name not connected is in the journal once the
+        turn's records are written (a crash then loses none of it)."""
+        ib = core.conversations.inboxes
+        if self.journal is None or not ib.boxes or not core.conversations.journaled:
+            return
+        hold, store = self.hold, self.store
+        if not self.leading or (hold is not None and store is not None and (
+                not hold.valid(self.clock.now) or store.term != hold.term)):
+            return  # (a deposed queen's memory is nobody's: the journal is the leader's)
+        kept = {k.id for box in ib.boxes.values() for k in box}
+        if not kept:
+            return
+        on_disk = {r["id"] for r in self.journal.conversation.kept()}
+        missing = kept - on_disk
+        if missing:
+            self.ledger.fail("inbox-journaled", f"{self.life} keeps messages "
+                             f"{sorted(missing)} for names not connected, and its journal "
+                             "does not")
 
     def _carry_out(self, core: QueenCore, actions: list[Action]) -> None:
+        port = _SimQueenPort(self, core)
         try:
-            carry_out(actions, _SimQueenPort(self, core), core.counters)
+            carry_out(actions, port, core.counters)
         except _Killed:
-            pass  # (crashed mid-turn: what was left is not carried out)
+            # Crashed mid-turn: what was left is not carried out, and of each run of the
+            # turn's journal records the disk holds all or none.
+            for run in outbox.grouped(actions):  # (the rule, as the outbox states it)
+                if isinstance(run, Commit):
+                    done = sum(1 for r in run.actions if id(r) in port.committed)
+                    if 0 < done < len(run.actions):
+                        self.ledger.fail("turn-atomic", f"{self.life} died with {done} of "
+                                         f"a run of {len(run.actions)} journal records "
+                                         "written")
 
     def _action(self, a: Any) -> None:
         """Before each action goes: the test's hook, and a crash armed mid-turn."""
@@ -515,6 +575,10 @@ class SimQueen:
                 task = sched.tasks.get(b["task"])
                 if task is None:
                     continue
+                if task.tries >= task.max_attempts:
+                    self.ledger.fail("attempts-bounded", f"{b['task']} was assigned again "
+                                     f"after {task.tries} failed tries of its "
+                                     f"{task.max_attempts}")
                 better = _better_queued(sched.tasks.values(), task, node)
                 if better is not None:
                     self.ledger.fail("priority-order", f"{b['task']} (priority "
@@ -569,12 +633,13 @@ class _Killed(Exception):
 class _SimQueenPort:
     """The core's actions on the simulated network and disk."""
 
-    __slots__ = ("core", "life", "queen")
+    __slots__ = ("committed", "core", "life", "queen")
 
     def __init__(self, queen: SimQueen, core: QueenCore) -> None:
         self.queen = queen
         self.core = core
         self.life = queen.incarnation
+        self.committed: set[int] = set()  # the journal actions written, by id()
 
     def send(self, identity: bytes, frames: list[bytes], msg: p.Message) -> bool:
         q = self.queen
@@ -595,6 +660,8 @@ class _SimQueenPort:
         q = self.queen
         q._action(commit)
         ok = q._write(commit)
+        if ok:
+            self.committed.update(id(r) for r in commit.actions)
         if q.crash_commits is not None and (q.crash_kind is None or any(
                 isinstance(r, q.crash_kind) for r in commit.actions)):
             q.crash_commits -= 1  # (below 0: the next action does not leave)

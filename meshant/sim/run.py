@@ -39,6 +39,8 @@ LOAD = 8.0  # seconds of submissions
 FAULTS = 12.0  # faults strike until then
 END = 240.0  # a run that has not settled by then has lost something
 SETTLE = 3.0  # seconds of quiet after the last outcome, for late duplicates to show
+SPIN = 100_000  # events at one instant that mean a busy loop
+CANCEL_GRACE = 1.5  # seconds a cancel may take to reach the run of a cancelled task
 # What a crash-at-commit dies right after: the next journal commit with a record of...
 COMMIT_KINDS: tuple[tuple[str, type | None], ...] = (
     ("any kind", None), ("tasks", Record), ("graphs", GraphRecord),
@@ -146,6 +148,7 @@ class Colony:
                                     clock=own_clock(), **kw)] if (
             shape.random() < profile.mailbox) else []
         self.faults = self._faults(disabled)
+        self.ledger.on_outcome = self._outcome
         self.log(weather.describe())
 
     def stream(self, name: str) -> random.Random:
@@ -226,7 +229,9 @@ class Colony:
             cap = "rare" if rng.random() < 0.1 else "echo"
             if not c.alive:
                 return
-            task = c.submit(cap, payload, **options)
+            # (Ids of the workload's own: a run shrunk to fewer faults, whose hellos use
+            # fewer message ids, keeps the same task ids.)
+            task = c.submit(cap, payload, id=f"{self.seed:x}-t{i}", **options)
             submitted.append((c, task))
 
         for i in range(n_tasks):
@@ -280,7 +285,7 @@ class Colony:
         ]
         c = rng.choice(self.clients)
         if c.alive:
-            c.submit_graph(nodes)
+            c.submit_graph(nodes, id=f"{self.seed:x}-g{g}")
 
     def _strike(self, f: Fault) -> None:
         self.log(str(f).strip())
@@ -316,6 +321,9 @@ class Colony:
         elif f.kind == "partition":
             peer, queen = f.target.split("/")
             self.net.partition(peer, queen, f.seconds)
+            for x in [*self.foragers, *self.clients, *self.mailboxes]:
+                if x.name == peer:
+                    x.disturbed += 1
         elif f.kind == "client-reconnect":
             c = next(x for x in [*self.clients, *self.mailboxes] if x.name == f.target)
             if c.alive:
@@ -360,6 +368,41 @@ class Colony:
         self.disk.close()
         return result
 
+    # -- invariants that follow an outcome ------------------------------------------------
+
+    def _outcome(self, task: str, body: dict[str, Any]) -> None:
+        """A task's outcome reached its submitter. Cancelled: the run of its attempt that
+        its forager is running gets the cancel within CANCEL_GRACE, unless the forager or
+        the queen is disturbed meanwhile (paused, killed, reconnected)."""
+        if body.get("state") != "cancelled" or not isinstance(body.get("attempt"), int):
+            return
+        foragers = {f.name: f for f in self.foragers}
+        queens = {q.name: q for q in self.queens}
+        now = self.clock.now
+        for run in self.ledger.runs.values():
+            if (run.task != task or run.attempt != body["attempt"] or run.ended is not None
+                    or run.stopped is not None or run.started > now):
+                continue
+            f = foragers[run.forager]
+            q = queens[run.life.partition("@")[0]]
+            if (f.clock.now < f.paused_until or q.clock.now < q.paused_until
+                    or self.net.cut(f.name, q.name)):
+                continue  # (paused, or cut off: it hears nothing now)
+            marks = (f.disturbed, f.gen, q.disturbed, q.incarnation)
+
+            def check(run: Any = run, f: SimForager = f, q: SimQueen = q,
+                      marks: tuple[int, int, int, int] = marks) -> None:
+                if run.ended is not None or run.stopped is not None:
+                    return
+                if ((f.disturbed, f.gen, q.disturbed, q.incarnation) != marks or not q.up
+                        or self.net.cut(f.name, q.name)):
+                    return  # (a disturbed run may miss it: its queen re-runs nothing of it)
+                self.ledger.fail("cancel-reaches-run", f"task {task} was cancelled at "
+                                 f"{now:.3f}, and run {run.uid} of its attempt "
+                                 f"{run.attempt} on {run.forager} was not told to stop by "
+                                 f"{self.clock.now:.3f}")
+            self.clock.after(CANCEL_GRACE, check)
+
     def _heal(self) -> None:
         """The faults are over: every process that is down comes back."""
         self.log("faults over: everything comes back")
@@ -375,8 +418,17 @@ class Colony:
         quiet_since: float | None = None
         while clock.now < END:
             horizon = clock.now + 0.5
+            at, same = clock.now, 0
             while clock.step(horizon):
-                pass
+                if clock.now == at:
+                    same += 1
+                    if same > SPIN:
+                        # Nothing waits for anything: a process tries something flat out
+                        # (a real one would burn a core doing it).
+                        self.ledger.fail("no-spin", f"{SPIN:,} events at {at:.6f} without "
+                                         "time passing")
+                else:
+                    at, same = clock.now, 0
             clock.now = max(clock.now, horizon)
             if clock.now < FAULTS + 0.2 or not self._settled():
                 quiet_since = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from meshant.core.journal.archive import Restored
 from meshant.core.journal.idfilter import IdFilter
+from meshant.core.lifecycle import TaskState
 from meshant.core.tasks.model import graph_node_id
 from meshant.storage import graphs
 from meshant.storage.conversation import ConversationStore
@@ -15,6 +16,8 @@ from meshant.storage.records import COLS, SELECT, Batch, chain, unpack
 
 IN_BATCH = 500  # ids per IN (...) query
 
+
+_STATES = frozenset(TaskState)  # an event's "state" is a task state, or a note of one
 
 class JournalReader:
     """Mixed into each backend, which supplies ``_all`` and ``_one`` (``?`` placeholders)."""
@@ -194,7 +197,8 @@ class JournalReader:
             if h != good:
                 problems.append(f"task {tid}: entry {seq} ({state}) was altered")
             prev, expect = h, seq + 1
-            last[tid] = state
+            if state in _STATES:  # (not a note: progress, a question, an answer)
+                last[tid] = state
         # The chain cannot show its own last entries removed: the task row can, since it
         # holds the state they led to.
         rows = self._all("SELECT id, state FROM tasks" + (" WHERE id=?" if task_id else ""),
