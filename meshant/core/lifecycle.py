@@ -25,6 +25,7 @@ class TaskState(StrEnum):
     ASSIGNED = "assigned"
     ACCEPTED = "accepted"
     INPUT_REQUIRED = "input-required"  # running, its handler waits for an answer
+    SUSPENDED = "suspended"  # no attempt runs: it waits for a time, an answer, a child
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -36,6 +37,8 @@ class TaskEvent(StrEnum):
     ASK = "ask"  # its handler asked a question and waits
     INPUT = "input"  # every question it waits on was answered or withdrawn
     REQUEUE = "requeue"  # back in its queue: rejected, reissued, given up, retried
+    SUSPEND = "suspend"  # its handler waits durably: the attempt ends, the slot is free
+    WAKE = "wake"  # what it waited for came: it runs again, replaying its steps
     COMPLETE = "complete"
     FAIL = "fail"
     CANCEL = "cancel"
@@ -52,6 +55,12 @@ TASK: dict[tuple[TaskState, TaskEvent], TaskState] = {
     (_T.ASSIGNED, _E.COMPLETE): _T.COMPLETED,
     (_T.ASSIGNED, _E.FAIL): _T.FAILED,
     (_T.ASSIGNED, _E.CANCEL): _T.CANCELLED,
+    (_T.ASSIGNED, _E.SUSPEND): _T.SUSPENDED,
+    (_T.ACCEPTED, _E.SUSPEND): _T.SUSPENDED,
+    (_T.INPUT_REQUIRED, _E.SUSPEND): _T.SUSPENDED,
+    (_T.SUSPENDED, _E.WAKE): _T.QUEUED,
+    (_T.SUSPENDED, _E.FAIL): _T.FAILED,  # its deadline passed while it waited
+    (_T.SUSPENDED, _E.CANCEL): _T.CANCELLED,
     (_T.ACCEPTED, _E.ASK): _T.INPUT_REQUIRED,
     (_T.ACCEPTED, _E.REQUEUE): _T.QUEUED,
     (_T.ACCEPTED, _E.COMPLETE): _T.COMPLETED,

@@ -61,14 +61,16 @@ KINDS: tuple[Kind, ...] = (
          (_f("task", str, True), _f("original", str))),
     Kind("task.assign", 12, "queen assigns a task graph node to a forager",
          (_f("node", str), _f("task", str), _f("attempt", int), _f("capability", str),
-          _f("payload", _ANY), _f("deadline", _NUM), _f("timeout", _NUM))),
+          _f("payload", _ANY), _f("deadline", _NUM), _f("timeout", _NUM),
+          _f("steps", list), _f("steps_total", int), _f("parent", str))),
     Kind("task.accept", 13, "forager accepts an assign (ref = assign id)"),
     Kind("task.reject", 14, "forager rejects an assign; reason required",
          (_f("reason", str, True),)),
     Kind("task.result", 15, "a result; partial results carry partial: true",
          (_f("partial", bool), _f("value", _ANY), _f("status", str), _f("result", _ANY),
           _f("error", dict), _f("task", str), _f("seq", int), _f("state", str),
-          _f("attempt", int), _f("original", str), _f("n", int))),
+          _f("attempt", int), _f("original", str), _f("n", int), _f("wait", dict),
+          _f("parent", str))),
     Kind("task.cancel", 16, "cancel a task (client → queen) or an attempt (queen → forager)",
          (_f("task", str), _f("ack", bool))),
     Kind("task.progress", 17, "progress of a running task; renews its lease",
@@ -130,6 +132,22 @@ KINDS: tuple[Kind, ...] = (
     Kind("msg.receipt", 68, "a kept message was delivered, or expired (asked with receipt)",
          (_f("message", str, True), _f("to", str, True), _f("status", str, True),
           _f("at", _NUM))),
+    # Durable agents: a handler's steps, sub-tasks and waits (negotiated: steps)
+    Kind("task.step", 70, "a handler's step ran: its record (forager → queen, ref = assign "
+         "id; numbered n with the run's updates)",
+         (_f("position", int, True), _f("kind", str, True), _f("name", str, True),
+          _f("occurrence", int, True), _f("value", _ANY), _f("error", dict), _f("child", str),
+          _f("until", _NUM), _f("request", str), _f("n", int))),
+    Kind("task.steps", 71, "a re-run asks its task's recorded steps (forager → queen, ref = "
+         "assign id); the queen answers with them",
+         (_f("task", str), _f("steps", list), _f("total", int), _f("from", int))),
+    Kind("task.call", 72, "a handler starts a sub-task at a step position (forager → queen, "
+         "ref = assign id); its result comes as the child's task.result",
+         (_f("position", int, True), _f("capability", str, True), _f("payload", _ANY),
+          _f("options", dict), _f("task", str))),
+    Kind("task.called", 73, "queen answers a task.call: the sub-task's state, and its final "
+         "result if it ended (ref = the call's id)",
+         (_f("child", str, True), _f("state", str, True), _f("final", dict))),
     # Task graphs (id = the graph's id; its nodes run as tasks "tg:<graph>/<node>")
     Kind("graph.submit", 50, "client submits a graph of named, dependent nodes",
          (_f("nodes", list, True), _f("updates", bool))),

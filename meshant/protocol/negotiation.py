@@ -10,7 +10,7 @@ from typing import Any
 from meshant.protocol.binary import SUPPORTED_VERSIONS
 
 ROLES = ("forager", "client")
-FEATURES = ("batch", "progress", "blobs", "mem.sync", "broadcast", "batch.progress")
+FEATURES = ("batch", "progress", "blobs", "mem.sync", "broadcast", "batch.progress", "steps")
 CODECS = ("msgpack",)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 RESERVED_NAMES = frozenset({"queen", "*", "all"})

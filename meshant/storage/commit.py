@@ -21,8 +21,9 @@ def commit(journal: Any, action: JournalAction, to_wall: float) -> None:
             journal.record(tasks, to_wall)
         case RecordMemory(changes=changes):
             journal.record_memory(changes)
-        case Remember(questions=questions, updates=updates, kept=kept, unkept=unkept, to=to):
-            journal.write(conversation.batch(questions, updates, kept, unkept, to))
+        case Remember(questions=questions, updates=updates, kept=kept, unkept=unkept, to=to,
+                      steps=steps):
+            journal.write(conversation.batch(questions, updates, kept, unkept, to, steps))
         case GraphRecord(graphs=graphs, nodes=nodes):
             journal.write(graph_store.batch(graphs, nodes, to_wall))
 
@@ -35,8 +36,9 @@ def batch_of(journal: Any, action: JournalAction, to_wall: float) -> Batch:
             return batch
         case RecordMemory(changes=changes):
             return memory_batch(changes)
-        case Remember(questions=questions, updates=updates, kept=kept, unkept=unkept, to=to):
-            return conversation.batch(questions, updates, kept, unkept, to)
+        case Remember(questions=questions, updates=updates, kept=kept, unkept=unkept, to=to,
+                      steps=steps):
+            return conversation.batch(questions, updates, kept, unkept, to, steps)
         case GraphRecord(graphs=graphs, nodes=nodes):
             return graph_store.batch(graphs, nodes, to_wall)
     raise TypeError(f"not a journal action: {action!r}")

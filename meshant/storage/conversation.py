@@ -36,6 +36,14 @@ SCHEMA = (
         body BLOB NOT NULL,
         PRIMARY KEY (task_id, seq)
     )""",
+    """CREATE TABLE IF NOT EXISTS task_steps (
+        task_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (task_id, position)
+    )""",
     """CREATE TABLE IF NOT EXISTS inbox (
         id TEXT NOT NULL,
         to_name TEXT NOT NULL,
@@ -63,6 +71,8 @@ _UPSERT_QUESTION = (
     "withdrawn=excluded.withdrawn")
 _INSERT_UPDATE = ("INSERT INTO task_updates (task_id, seq, kind, body) VALUES (?, ?, ?, ?) "
                   "ON CONFLICT (task_id, seq) DO NOTHING")
+_INSERT_STEP = ("INSERT INTO task_steps (task_id, position, attempt, n, record) VALUES "
+                "(?, ?, ?, ?, ?) ON CONFLICT (task_id, position) DO NOTHING")
 _INSERT_KEPT = ("INSERT INTO inbox (id, to_name, kind, from_name, body, sent, expires, size, "
                 "receipt, ord) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (to_name, id) DO NOTHING")
@@ -77,9 +87,14 @@ def create(execute: Callable[[str], Any]) -> None:
 
 def batch(questions: list[dict[str, Any]],
           updates: list[tuple[str, int, str, dict[str, Any]]],
-          kept: list[dict[str, Any]], unkept: list[str], to: str) -> Batch:
-    """The rows of one queen ``Remember`` action, as a batch for the journal's ``write``."""
+          kept: list[dict[str, Any]], unkept: list[str], to: str,
+          steps: list[tuple[str, int, int, dict[str, Any]]] | None = None) -> Batch:
+    """The rows of one queen ``Remember`` action, as a batch for the journal's ``write``
+    (``steps``: (task, attempt, n, record) of steps recorded)."""
     b = Batch()
+    if steps:
+        b.extra.append((_INSERT_STEP, [(t, rec["position"], a, n, pack(rec))
+                                       for t, a, n, rec in steps]))
     if questions:
         b.extra.append((_UPSERT_QUESTION, [
             (q["task"], q["request"], q["attempt"], pack(q["prompt"]), pack(q["data"]),
@@ -108,14 +123,17 @@ def prune_rows(task_ids: list[str]) -> list[tuple[str, list[tuple[Any, ...]]]]:
     args = [(t, t) for t in task_ids]
     gone = " AND NOT EXISTS (SELECT 1 FROM tasks WHERE id=?)"
     return [("DELETE FROM questions WHERE task_id=?" + gone, args),
-            ("DELETE FROM task_updates WHERE task_id=?" + gone, args)]
+            ("DELETE FROM task_updates WHERE task_id=?" + gone, args),
+            ("DELETE FROM task_steps WHERE task_id=?" + gone, args)]
 
 
 # The same for a backend that prunes in one statement: every row whose task is gone.
 SWEEP = ("DELETE FROM questions WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE "
          "tasks.id = questions.task_id)",
          "DELETE FROM task_updates WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE "
-         "tasks.id = task_updates.task_id)")
+         "tasks.id = task_updates.task_id)",
+         "DELETE FROM task_steps WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE "
+         "tasks.id = task_steps.task_id)")
 
 
 class ConversationStore:
@@ -150,6 +168,21 @@ class ConversationStore:
         rows = self._all("SELECT task_id, MAX(seq) FROM task_updates GROUP BY task_id")
         return {r[0]: int(r[1]) for r in rows if r[0] in wanted and r[1] is not None}
 
+    def steps(self, task_id: str) -> list[dict[str, Any]]:
+        """A task's recorded steps, in order (durable agents)."""
+        return [unpack(r[0]) for r in self._all(
+            "SELECT record FROM task_steps WHERE task_id=? ORDER BY position", (task_id,))]
+
+    def steps_of(self, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The recorded steps of each of ``task_ids`` that has some (one query)."""
+        wanted = set(task_ids)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for task_id, raw in self._all("SELECT task_id, record FROM task_steps "
+                                      "ORDER BY task_id, position"):
+            if task_id in wanted:
+                out.setdefault(task_id, []).append(unpack(raw))
+        return out
+
     def marks(self, task_ids: list[str]) -> dict[str, tuple[int, int]]:
         """For each of ``task_ids`` whose forager numbered its updates: ``(attempt, n)`` of
         its newest journaled progress report or partial result (one query)."""
@@ -166,6 +199,12 @@ class ConversationStore:
             if isinstance(body, dict) and isinstance(body.get("n"), int) and isinstance(
                     body.get("attempt"), int):
                 out[task_id] = (body["attempt"], body["n"])
+        # A step's record is numbered with the run's updates too: the newest of either.
+        for task_id, attempt, n in self._all(
+                "SELECT task_id, attempt, MAX(n) FROM task_steps GROUP BY task_id, attempt"):
+            if task_id in wanted and n is not None and (int(attempt), int(n)) > out.get(
+                    task_id, (0, 0)):
+                out[task_id] = (int(attempt), int(n))
         return out
 
     def kept(self, name: str | None = None) -> list[dict[str, Any]]:

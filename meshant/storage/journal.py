@@ -22,6 +22,7 @@ from meshant.storage import conversation, graphs
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     ADDED,
+    COLS,
     EVENT,
     INSERT,
     MEM_DEL,
@@ -478,16 +479,12 @@ class Journal(JournalReader):
 
     @property
     def _select(self) -> str:
-        select = SELECT
-        if self._version < 2:
-            # A version-1 journal opened read-only (not migrated): no retry policy columns.
-            select = select.replace("retry_base, retry_cap", "NULL, NULL")
-        if self.readonly:
-            have = {r[1] for r in self.db.execute("PRAGMA table_info(tasks)")}
-            for col in ADDED:
-                if col not in have:
-                    select = select.replace(f", {col} ", ", NULL ")
-        return select
+        if not self.readonly and self._version >= 2:
+            return SELECT
+        # An older journal opened read-only (not migrated): what it lacks is read as NULL
+        # (a version-1 journal has no retry policy columns).
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(tasks)")}
+        return "SELECT " + ", ".join(c if c in have else "NULL" for c in COLS) + " FROM tasks"
 
     def memory(self) -> list[tuple[str, Any, float | None, int]]:
         if self._version < 3:

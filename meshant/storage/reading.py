@@ -40,7 +40,7 @@ class JournalReader:
     @staticmethod
     def _row(r: tuple[Any, ...]) -> dict[str, Any]:
         d = dict(zip(COLS, r, strict=True))
-        for k in ("payload", "labels", "final", "retry_on"):
+        for k in ("payload", "labels", "final", "retry_on", "wake"):
             d[k] = unpack(d[k])
         return d
 
@@ -99,7 +99,7 @@ class JournalReader:
         return Restored(tasks=tasks, memory=self.memory(), graphs=running, graph_tasks=finals,
                         questions=store.questions(), kept=store.kept(),
                         last_seqs=store.last_seqs(unfinished), marks=store.marks(unfinished),
-                        names=self.names())
+                        names=self.names(), steps=store.steps_of(unfinished))
 
     def find_key(self, key: str) -> dict[str, Any] | None:
         """The newest task submitted with idempotency key ``key``, or None."""

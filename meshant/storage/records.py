@@ -24,16 +24,16 @@ _BLOB_EXT = 2
 COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
         "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap",
-        "retry_on")
+        "retry_on", "parent", "wake")
 # Columns a journal may lack (added in place since; read as NULL from one opened read-only).
-ADDED = {"retry_on": "BLOB"}
+ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB"}
 SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
 # An upsert both SQLite (3.24+) and PostgreSQL read the same way.
 INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
           "ON CONFLICT (id) DO UPDATE SET "
           + ", ".join(f"{c}=excluded.{c}" for c in COLS[1:]))
 UPDATE = ("UPDATE tasks SET state=?, attempt=?, tries=?, forager=?, updated=?, final=?, "
-          "dead=? WHERE id=?")
+          "dead=?, wake=? WHERE id=?")
 # A batch written twice (its first commit's answer was lost) must not fail on its events.
 EVENT = "INSERT INTO events VALUES (?,?,?,?,?,?) ON CONFLICT (task_id, seq) DO NOTHING"
 MEM_SET = ("INSERT INTO memory (key, value, expires, seq) VALUES (?,?,?,?) ON CONFLICT (key) "
@@ -115,12 +115,14 @@ class TaskLog:
                                   t.wait, t.state, t.attempt, t.tries, forager,
                                   t.submitted + to_wall, now, final, t.key, int(t.dead),
                                   t.retry_base, t.retry_cap,
-                                  pack(list(t.retry_on)) if t.retry_on else None))
+                                  pack(list(t.retry_on)) if t.retry_on else None,
+                                  t.parent, pack(t.wake) if t.wake is not None else None))
                 if t.final is not None and not t.dead:
                     t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:
                 b.updates.append((t.state, t.attempt, t.tries, forager, now, final,
-                                  int(t.dead), t.id))
+                                  int(t.dead), pack(t.wake) if t.wake is not None else None,
+                                  t.id))
             seq, prev = last.get(t.id, (0, ""))
             if seq == 0 and t.restored and t.id not in last:
                 seq, prev = self._tail(t.id)  # first write since the restart

@@ -54,7 +54,8 @@ class Restored:
     in ``tasks``. ``questions``, ``kept``, ``last_seqs``: the conversations (pending
     questions, inbox messages, each unfinished task's last update); ``marks``: each
     unfinished task's ``(attempt, n)``, its forager's number of the last progress or
-    partial result journaled (what it need not send again). ``names``: what the
+    partial result journaled (what it need not send again). ``steps``: each unfinished
+    task's recorded steps, in order. ``names``: what the
     archive index starts with (:meth:`ArchiveIndex.name` of each task id, key, graph id).
     """
 
@@ -67,6 +68,8 @@ class Restored:
     last_seqs: dict[str, int] = field(default_factory=dict)
     marks: dict[str, tuple[int, int]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    # Each unfinished task's recorded steps (durable agents), in order.
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class ArchiveIndex:

@@ -29,7 +29,7 @@ from meshant.core.queen.outbox import Remember
 from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
 from meshant.core.queen.task_service import TaskService
-from meshant.core.tasks.model import Task
+from meshant.core.tasks.model import SUSPENDED, Task
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.core.tasks.work import Deliver, Work
 from meshant.protocol.codec import BINARY
@@ -183,6 +183,10 @@ class ConversationService:
             st.refuse(req, Code.ALREADY_ANSWERED, f"question {q.request!r} of task "
                       f"{task_id!r} was answered already (by {q.by})")
             return
+        wake = task.wake
+        if task.state == SUSPENDED and wake is not None and wake.get("request") == q.request:
+            self._answer_suspended(req, task, q, wake)
+            return
         if q.withdrawn or q.attempt != current:
             st.refuse(req, Code.UNKNOWN_QUESTION, f"question {q.request!r} of task "
                       f"{task_id!r} is closed: its handler stopped waiting (timeout, or the "
@@ -199,6 +203,23 @@ class ConversationService:
             st.later(att.node, self._answer_msg(task, q, att.id))
         # Otherwise its forager is away (or the queen restarted): it asks again on its
         # return, and is answered then.
+        st.send(node, p.Message("task.answered", {"task": task.id, "request": q.request},
+                                ref=req.msg.id))
+
+    def _answer_suspended(self, req: Request, task: Task, q: Question,
+                          wake: dict[str, Any]) -> None:
+        """The answer a suspended task (a durable ask) waits for: it becomes the record
+        of the step that asked, durable before the task runs again to read it."""
+        st, node, now = self.state, req.node, req.now
+        q.answered = True
+        q.answer = req.msg.b.get("value")
+        q.by = node.name
+        record = {"position": wake["position"], "kind": "ask", "name": wake["name"],
+                  "occurrence": wake["occurrence"], "request": q.request, "value": q.answer}
+        self.scheduler.note(task, now, "answered", f"{q.request} by {node.name}")
+        rec = self.scheduler.answer_step(task, record, now)
+        self._remember(questions=[q.row()],
+                       steps=[(task.id, task.attempt, 0, rec)] if rec is not None else [])
         st.send(node, p.Message("task.answered", {"task": task.id, "request": q.request},
                                 ref=req.msg.id))
 

@@ -15,6 +15,7 @@ from meshant import protocol as p
 from meshant.core.nodes.registry import Node
 from meshant.core.queen.state import QueenState
 from meshant.core.tasks.model import is_graph_node
+from meshant.core.tasks.steps import INLINE_BYTES
 from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.protocol.codec import BINARY, JSON
 
@@ -38,6 +39,14 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                     body["deadline"] = wall + left
                 if node.codec == JSON or is_graph_node(task.id):
                     body["node"] = task.id  # (a graph node's task: the spec's §7d)
+                if task.steps and "steps" in node.features:
+                    # What its earlier runs recorded goes with it, while small.
+                    if task.steps_bytes <= INLINE_BYTES:
+                        body["steps"] = task.steps
+                    else:
+                        body["steps_total"] = len(task.steps)
+                if task.parent is not None:
+                    body["parent"] = task.parent
                 tp = traces.get(task.id) if traces else None
                 if "batch" in node.features:
                     body["id"] = att.id
@@ -51,6 +60,13 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                 if traces and task.final is not None:
                     traces.pop(task.id, None)
                 client = task.client
+                if task.parent is not None:
+                    # A sub-task's submitter is the run that called it: only its end.
+                    if kind == "task.result" and not body.get("partial"):
+                        st.send_to(client, BINARY, p.Message(kind, {**body, "parent":
+                                                                    task.parent},
+                                                             ref=task.id, ts=wall))
+                    continue
                 if kind != "task.result" or body.get("partial"):
                     peer = by_id.get(client)
                     if peer is None or "progress" not in peer.features:

@@ -66,14 +66,17 @@ class RecordMemory:
 @dataclass(slots=True)
 class Remember:
     """Journal conversation state (``meshant.storage.conversation``) before any later
-    action leaves: question rows (upserted), task updates, inbox messages kept, and
-    inbox messages forgotten (``unkept``, delivered or expired or purged, for ``to``)."""
+    action leaves: question rows (upserted), task updates, inbox messages kept, inbox
+    messages forgotten (``unkept``, delivered or expired or purged, for ``to``), and the
+    records of handlers' steps."""
 
     questions: list[dict[str, Any]] = field(default_factory=list)
     updates: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
     unkept: list[str] = field(default_factory=list)
     to: str = ""
+    # Steps recorded (durable agents): (task, attempt, n, record).
+    steps: list[tuple[str, int, int, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

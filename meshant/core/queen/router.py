@@ -82,6 +82,7 @@ class QueenCore:
             default_wait=c.no_forager_wait, backoff=backoff,
             breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown,
             counters=st.counters)
+        sched.to_wall = wall_offset  # (restore sets it again, the same)
         self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to,
                                 counters=st.counters)
         self.index = ArchiveIndex(restored.names) if restored is not None else None
@@ -96,6 +97,7 @@ class QueenCore:
             sched.archived = lambda task_id: index.maybe("t", task_id)
             self.restored = sched.restore(restored.tasks, now, now + wall_offset,
                                           grace=self.registry.timeout * 2)
+            sched.restore_steps(restored.steps, now)
             self.graphs.track_changes = True  # graphs: journaled, and carried on
             self.graphs.restore(restored.graphs, restored.graph_tasks, now)
         self.tasks = TaskService(st, sched, self.index, self.reads, self.deferral)
@@ -122,6 +124,9 @@ class QueenCore:
             "task.result": t.result,
             "task.batch": t.batch,
             "task.cancel": t.cancel,
+            "task.step": t.step,
+            "task.steps": t.steps,
+            "task.call": t.call,
             "task.status": t.status,
             "status.query": ops.status,
             "tool.query": ops.tool_query,
@@ -148,6 +153,7 @@ class QueenCore:
             "task.submit": t.needs_submit,
             "task.status": t.needs_task,
             "task.cancel": t.needs_cancel,
+            "task.call": t.needs_call,
             "task.answer": cv.needs_answer,
             "task.attach": cv.needs_attach,
             "graph.submit": g.needs_graph,

@@ -15,11 +15,12 @@ from typing import Any
 from meshant import protocol as p
 from meshant.core.journal.archive import ArchiveIndex
 from meshant.core.journal.defer import Deferral
+from meshant.core.queen.outbox import Remember
 from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
-from meshant.core.tasks.checks import progress_problem, result_problem
-from meshant.core.tasks.model import retry_on_problem
+from meshant.core.tasks.checks import options_problem, progress_problem, result_problem
 from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, Verdict, revive
+from meshant.core.tasks.steps import INLINE_BYTES, child_id, record_problem, size_of
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
@@ -37,6 +38,7 @@ class TaskService:
         self.index = index  # None: no journal, nothing outside memory
         self.reads = reads
         self.deferral = deferral
+        self.journaled = index is not None  # (a queen with a journal has an archive index)
         # Tasks submitted with a W3C traceparent (envelope extension): forwarded on their
         # assignments, forgotten when they finish.
         self.traces: dict[str, str] = {}
@@ -143,26 +145,10 @@ class TaskService:
         if known is not None:
             self._resubmitted(req, known)
             return
-        priority = body.get("priority", 50)
-        max_attempts = body.get("max_attempts", 3)
-        if not 0 <= priority <= 99 or not 1 <= max_attempts <= 100:
-            st.refuse(req, Code.BAD_VALUE, "priority must be 0-99 and max_attempts 1-100")
+        problem = options_problem(body)
+        if problem is not None:
+            st.refuse(req, Code.BAD_VALUE, problem)
             return
-        timeout = body.get("timeout")
-        wait = body.get("wait", st.config.no_forager_wait)
-        if any(not 0 <= body.get(k, 0) <= 3600 for k in ("retry_base", "retry_cap")):
-            st.refuse(req, Code.BAD_VALUE,
-                      "retry_base and retry_cap are seconds between 0 and 3600")
-            return
-        if (timeout is not None and timeout <= 0) or wait < 0:
-            st.refuse(req, Code.BAD_VALUE, "timeout must be > 0 and wait >= 0")
-            return
-        retry_on = body.get("retry_on")
-        if retry_on is not None:
-            problem = retry_on_problem(retry_on)
-            if problem is not None:
-                st.refuse(req, Code.BAD_VALUE, problem)
-                return
         key = body.get("key")
         if key is not None:
             if not isinstance(key, str) or not 0 < len(key) <= 200:
@@ -172,14 +158,11 @@ class TaskService:
             first = self._find_key(req, key)  # in memory, else in the journal
             if first is not None and self._attach(req, first):
                 return
-        task = Task(id=msg.id, capability=body["capability"], payload=body.get("payload"),
-                    client=req.identity, client_name=node.name, priority=priority,
-                    timeout=timeout, to=body.get("to"), labels=dict(body.get("labels") or {}),
-                    max_attempts=max_attempts, wait=wait, key=key,
-                    retry_base=body.get("retry_base"), retry_cap=body.get("retry_cap"),
-                    retry_on=tuple(retry_on) if retry_on else None,
-                    defer=(key is None and req.codec == BINARY and node.role == "client"
-                           and not body.get("ack")))
+        task = self._task(msg.id, body["capability"], body.get("payload"), body, req.identity,
+                          node.name)
+        task.key = key
+        task.defer = (key is None and req.codec == BINARY and node.role == "client"
+                      and not body.get("ack"))
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:
@@ -196,6 +179,18 @@ class TaskService:
             # Sent after this turn's assignments go out: the assign is on the critical
             # path of the task, the acknowledgement is not.
             st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _task(self, task_id: str, capability: str, payload: Any, o: dict[str, Any],
+              client: bytes, client_name: str) -> Task:
+        """A new task with submission options ``o`` (checked: ``options_problem``)."""
+        retry_on = o.get("retry_on")
+        return Task(id=task_id, capability=capability, payload=payload, client=client,
+                    client_name=client_name, priority=o.get("priority", 50),
+                    timeout=o.get("timeout"), to=o.get("to"),
+                    labels=dict(o.get("labels") or {}), max_attempts=o.get("max_attempts", 3),
+                    wait=o.get("wait", self.state.config.no_forager_wait),
+                    retry_base=o.get("retry_base"), retry_cap=o.get("retry_cap"),
+                    retry_on=tuple(retry_on) if retry_on else None)
 
     def _resubmitted(self, req: Request, task: Task) -> None:
         """A submission whose id the queen holds: its client sending it again after a
@@ -267,6 +262,111 @@ class TaskService:
         else:
             self._release(req, req.msg.ref)
 
+    # -- durable agents -------------------------------------------------------------------
+
+    def step(self, req: Request) -> None:
+        """A handler's step ran: its record is kept with the task (journaled before
+        anything that follows it leaves)."""
+        ref, body = req.msg.ref, req.msg.b
+        if self._refused(req, None, ref, "steps"):
+            return
+        att = self.attempt(req, ref)
+        if att is None:
+            return
+        if self._refused(req, record_problem(body, att.task.steps), ref):
+            return
+        rec = self.scheduler.record_step(att, body, req.now)
+        if rec is not None and self.journaled:
+            self.state.out.actions.append(Remember(steps=[(att.task.id, att.number,
+                                                           body.get("n", 0), rec)]))
+
+    def steps(self, req: Request) -> None:
+        """A re-run asks its task's recorded steps (too many to go with its
+        assignment): they go in slices of at most INLINE_BYTES."""
+        ref = req.msg.ref
+        if self._refused(req, None, ref, "steps"):
+            return
+        att = self.attempt(req, ref)
+        if att is None:
+            return
+        recs = att.task.steps or []
+        total = len(recs)
+        st = self.state
+        start, size = 0, 0
+        for i, rec in enumerate(recs):
+            n = size_of(rec)
+            if i > start and size + n > INLINE_BYTES:
+                st.send(req.node, p.Message("task.steps", {"task": att.task.id, "total": total,
+                                                           "from": start,
+                                                           "steps": recs[start:i]}, ref=ref))
+                start, size = i, 0
+            size += n
+        st.send(req.node, p.Message("task.steps", {"task": att.task.id, "total": total,
+                                                   "from": start, "steps": recs[start:]},
+                                    ref=ref))
+
+    def needs_call(self, req: Request) -> list[ReadKey]:
+        """A sub-task called again (by a re-run) may have ended long ago: its row."""
+        att = self.scheduler.attempts.get(req.msg.ref or "")
+        pos = req.msg.b.get("position")
+        if att is None or pos.__class__ is not int:
+            return []
+        read = self.task_read(child_id(att.task.id, pos))
+        return [read] if read is not None else []
+
+    def call(self, req: Request) -> None:
+        """A handler calls a sub-task at a step position: one child per (parent,
+        position). Called again by a later run, the same child: its result at once if it
+        ended, else it goes on, its result to this run."""
+        st, msg, now = self.state, req.msg, req.now
+        ref, body = msg.ref, msg.b
+        if self._refused(req, None, ref, "steps"):
+            return
+        att = self.attempt(req, ref)
+        if att is None:
+            return
+        parent = att.task
+        options = body.get("options") or {}
+        problem = ("options is a map" if not isinstance(options, dict)
+                   else options_problem(options))
+        if problem is not None or body["position"] < 0:
+            self._refused(req, problem or "a call's position is >= 0", ref)
+            return
+        cid = child_id(parent.id, body["position"])
+        known = self.find(req, cid)
+        if known is not None:
+            reply: dict[str, Any] = {"child": cid, "state": known.state}
+            if known.final is not None:
+                reply["final"] = known.final
+            else:
+                self.scheduler.follow(known, req.identity)
+            # After this turn's record: the child may have ended in this very turn.
+            st.later(req.node, p.Message("task.called", reply, ref=msg.id))
+            return
+        capability = body["capability"]
+        if not st.registry.serving(capability):
+            served = sorted(st.registry.by_tool)
+            st.counters["protocol_errors"] += 1
+            st.refuse(req, Code.NO_FORAGER, f"no forager offers capability {capability!r} "
+                      "for a sub-task" + (f" (offered now: {', '.join(served)})" if served
+                                           else ""), assign=ref)
+            return
+        child = self._task(cid, capability, body.get("payload"), options, req.identity,
+                           parent.client_name)
+        child.parent = parent.id
+        try:
+            self.scheduler.add_child(parent, child, now)
+        except QueueFull as e:
+            st.refuse(req, Code.QUEUE_FULL, f"queue full: {e}", assign=ref)
+            return
+        if self.index is not None:
+            self.index.add("t", cid)
+        tp = self.traces.get(parent.id)
+        if tp is not None:
+            self.traces[cid] = tp  # the sub-task's spans beside its parent's
+        st.later(req.node, p.Message("task.called", {"child": cid, "state": child.state},
+                                     ref=msg.id))
+
     def _refused(self, req: Request, problem: str | None, ref: str | None,
                  feature: str | None = None) -> bool:
         """Answer a forager's malformed (or not negotiated) answer; True if it was one.
@@ -300,7 +400,8 @@ class TaskService:
 
     def _result(self, req: Request, ref: str | None, body: dict[str, Any]) -> None:
         if self._refused(req, result_problem(body, req.codec), ref,
-                         "progress" if body.get("partial") else None):
+                         "progress" if body.get("partial") else "steps"
+                         if body.get("status") == "suspended" else None):
             return
         stale = req.node.stale
         if stale and ref in stale:
@@ -418,6 +519,17 @@ class TaskService:
             "age": round(now - task.submitted, 3),
             "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
         }
+        if task.steps:
+            body["steps"] = [{k: v for k, v in r.items() if k in ("position", "kind", "name",
+                                                                   "occurrence", "child")}
+                             | ({"error": r["error"].get("type")} if r.get("error") else {})
+                             for r in task.steps]
+        if task.children:
+            body["children"] = list(task.children)
+        if task.parent is not None:
+            body["parent"] = task.parent
+        if task.wake is not None:
+            body["waiting"] = task.wake
         reply = p.Message("task.state", body, ref=req.msg.id)
         if task.final is not None and task.client_name == node.name:
             body["final"] = task.final  # lets a reconnected submitter collect a result it missed

@@ -19,6 +19,7 @@ QUEUED = TaskState.QUEUED
 ASSIGNED = TaskState.ASSIGNED
 ACCEPTED = TaskState.ACCEPTED
 INPUT_REQUIRED = TaskState.INPUT_REQUIRED  # running, its handler waits for an answer
+SUSPENDED = TaskState.SUSPENDED  # waits durably: for a time, an answer, a child
 COMPLETED = TaskState.COMPLETED
 FAILED = TaskState.FAILED
 CANCELLED = TaskState.CANCELLED
@@ -95,6 +96,16 @@ class Task:
     # Its first journal write may wait (core/journal/defer.py): an IACP/2 client's
     # submission without ack or key, which that client re-sends after a queen restart.
     defer: bool = False
+    # Durable agents: the records of its handler's steps (in order: position i is
+    # steps[i]), their encoded size, what a suspended task waits for ({"until": wall} /
+    # {"request": id} / {"child": id}), its parent's id if a handler called it, and the
+    # children its handler called (their ids).
+    steps: list[dict[str, Any]] | None = None
+    steps_bytes: int = 0
+    wake: dict[str, Any] | None = None
+    wake_timer: int = 0
+    parent: str | None = None
+    children: list[str] | None = None
     _watchers: list[tuple[bytes, str, str]] | None = None
 
     @property

@@ -48,6 +48,7 @@ from meshant.core.tasks.model import (
     FINAL,
     INPUT_REQUIRED,
     QUEUED,
+    SUSPENDED,
     Attempt,
     Task,
     is_graph_node,
@@ -55,6 +56,7 @@ from meshant.core.tasks.model import (
     slim,
 )
 from meshant.core.tasks.queues import TaskQueues
+from meshant.core.tasks.steps import STEPS_BYTES, size_of
 from meshant.core.tasks.timers import TaskTimers
 from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
 from meshant.errors import QueueFull
@@ -68,7 +70,22 @@ __all__ = [  # the task model is re-exported: it is what the scheduler takes and
 # The event that makes a task final, by the final state.
 _ENDS = {COMPLETED: TaskEvent.COMPLETE, FAILED: TaskEvent.FAIL, CANCELLED: TaskEvent.CANCEL}
 COUNTERS = ("submitted", "completed", "failed", "cancelled", "reissued", "rejected",
-            "duplicates", "unknown_results", "retried", "dead_lettered")
+            "duplicates", "unknown_results", "retried", "dead_lettered", "suspended",
+            "woken", "steps")
+# What of a task.step body is its record.
+_RECORD = ("position", "kind", "name", "occurrence", "value", "error", "child", "until",
+           "request")
+
+
+def _waiting_for(w: dict[str, Any]) -> str:
+    """What a suspended task waits for, in words (its audit trail, status)."""
+    if "request" in w:
+        return f"waits for an answer to {w['request']}"
+    if "child" in w:
+        return f"waits for sub-task {w['child']}"
+    if "until" in w:
+        return f"sleeps until {w['until']:.3f}"
+    return "waits"
 
 
 class Verdict(StrEnum):
@@ -90,7 +107,8 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 attempt=r["attempt"], tries=r["tries"], restored=True,
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
-                retry_on=tuple(r.get("retry_on") or ()) or None)
+                retry_on=tuple(r.get("retry_on") or ()) or None,
+                parent=r.get("parent"), wake=r.get("wake"))
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -224,6 +242,7 @@ class Scheduler:
         timers.unset(task, "deadline")
         timers.unset(task, "wait")
         timers.unset(task, "retry")
+        timers.unset(task, "wake")
         self._move(task, _ENDS[state], now, body.get("error", {}).get("code", "")
                    if state == FAILED else "")
         self.counters[state] += 1
@@ -251,6 +270,16 @@ class Scheduler:
                 del self.by_key[old.key]
         if self.on_graph_final is not None and is_graph_node(task.id):  # graph hook
             self.on_graph_final(task)
+        if task.children and state != COMPLETED:
+            # Its handler's sub-tasks have nobody to wait for them now.
+            for cid in task.children:
+                if cid in self.tasks:
+                    self.cancel(cid, now, why="its parent task ended")
+        if task.parent is not None:
+            parent = self.tasks.get(task.parent)
+            if parent is not None and parent.state == SUSPENDED and parent.wake is not None \
+                    and parent.wake.get("child") == task.id:
+                self.wake(parent, now, f"sub-task {task.id} ended")
 
     def _fail(self, task: Task, now: float, code: str, message: str, **extra: Any) -> None:
         self._abandon(task, now, cancel=True)
@@ -328,14 +357,16 @@ class Scheduler:
         self._enqueue(task)
         return task
 
-    def cancel(self, task_id: str, now: float) -> Task | None:
-        """Cancel at once if queued; best effort (cancel sent to the forager) if assigned."""
+    def cancel(self, task_id: str, now: float, why: str = "cancelled by the client"
+               ) -> Task | None:
+        """Cancel at once if queued or suspended; best effort (cancel sent to the
+        forager) if assigned. Its running sub-tasks are cancelled too."""
         task = self.tasks.get(task_id)
         if task is None:
             return None
         self._abandon_keep_slot(task)
         self._finish(task, CANCELLED, now, {"error": {"code": Code.CANCELLED,
-                                                      "message": "cancelled by the client"}})
+                                                      "message": why}})
         return task
 
     def lookup(self, node: Node, ref: str | None) -> tuple[Verdict, Attempt | None]:
@@ -423,6 +454,9 @@ class Scheduler:
                 self.work.append(Deliver(task, "task.result", out))
             return
         status = body.get("status", "ok")
+        if status == "suspended":
+            self._suspend(att, body.get("wait"), now)
+            return
         if status == "cancelled":
             # The forager gave the task up (it is stopping) without being asked to:
             # the task is not at fault, so it moves on without using up an attempt.
@@ -472,6 +506,99 @@ class Scheduler:
             self._dead_letter(task)
         else:
             self._retry_later(task, now, f"{etype} on {att.node.name}")
+
+    # -- durable agents: steps, sub-tasks, waits ------------------------------------------
+
+    def record_step(self, att: Attempt, body: dict[str, Any], now: float
+                    ) -> dict[str, Any] | None:
+        """A step's record from the attempt's handler (its body already checked: see
+        ``core/tasks/steps.py``). Returns the record to journal, or None when it was
+        taken already (sent again, or a position recorded by an earlier run). A task
+        whose records outgrow their bound fails (too-large)."""
+        att.lease = now + self.assign_timeout
+        task = att.task
+        out: dict[str, Any] = {}
+        if not self._numbered(att, body, out):
+            return None
+        self._implied_accept(att, now)
+        steps = task.steps
+        if steps is None:
+            steps = task.steps = []
+        if body["position"] < len(steps):
+            return None  # recorded by an earlier run: the same step, already kept
+        rec = {k: body[k] for k in _RECORD if k in body}
+        size = size_of(rec)
+        if task.steps_bytes + size > STEPS_BYTES:
+            self._fail(task, now, Code.TOO_LARGE, f"task {task.id}'s recorded steps would "
+                       f"take over {STEPS_BYTES:,} bytes: keep large values out of step "
+                       "results (put them in colony memory or a blob store)",
+                       cause=Code.TOO_LARGE)
+            return None
+        steps.append(rec)
+        task.steps_bytes += size
+        self.counters["steps"] += 1
+        # Its record must find its task after a restart: a young task's first write
+        # waits no longer (core/journal/defer.py).
+        self.journal_now(task)
+        return rec
+
+    def _suspend(self, att: Attempt, wait: Any, now: float) -> None:
+        """The attempt's handler waits durably: the attempt ends (its slot is free) and
+        the task waits for ``wait`` — ``until`` a wall-clock time, an answer to
+        ``request``, the end of sub-task ``child``."""
+        task = att.task
+        self._abandon(task, now, cancel=False, event=AttemptEvent.FINISH)
+        self.breakers.settled(att.node.name, task.capability)
+        w = dict(wait) if isinstance(wait, dict) else {}
+        task.wake = w
+        self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
+        self.counters["suspended"] += 1
+        self._arm_wake(task, now)
+
+    def _arm_wake(self, task: Task, now: float) -> None:
+        """Set what wakes a suspended task: its timer, or a child that ended already."""
+        w = task.wake or {}
+        until = w.get("until")
+        if isinstance(until, int | float):
+            # Never early: the wall-clock time on this queen's monotonic clock.
+            self.timers.set(max(now, until - self.to_wall), task, "wake")
+        child = w.get("child")
+        if isinstance(child, str) and child not in self.tasks:
+            # It ended already (or never was: the re-run calls it again, and learns so).
+            self.wake(task, now, f"sub-task {child} ended")
+
+    def wake(self, task: Task, now: float, why: str) -> None:
+        """What a suspended task waited for came: it runs again (its handler replays
+        its recorded steps and passes the wait at once)."""
+        if task.state != SUSPENDED:
+            return
+        self.timers.unset(task, "wake")
+        task.wake = None
+        self.counters["woken"] += 1
+        self._move(task, TaskEvent.WAKE, now, why)
+        self._enqueue(task, now)
+
+    def answer_step(self, task: Task, record: dict[str, Any], now: float) -> dict[str, Any] | None:
+        """The answer a suspended task waited for: recorded as the step that asked (its
+        re-run gets it back), and the task woken. Returns the record to journal."""
+        steps = task.steps
+        if steps is None:
+            steps = task.steps = []
+        if record["position"] != len(steps):
+            return None
+        steps.append(record)
+        task.steps_bytes += size_of(record)
+        self.journal_now(task)
+        self.wake(task, now, f"answer to {record.get('request')}")
+        return record
+
+    def add_child(self, parent: Task, child: Task, now: float) -> None:
+        """``child`` is the sub-task ``parent``'s handler called (submitted by the
+        caller): the parent's cancel reaches it."""
+        if parent.children is None:
+            parent.children = []
+        parent.children.append(child.id)
+        self.submit(child, now)
 
     def too_large(self, att: Attempt, message: str, now: float) -> None:
         """The attempt's result is over the size limit: the task fails at once, for good
@@ -640,6 +767,9 @@ class Scheduler:
                         due = att.lease
             self._lease_due = due
         for task, what in self.timers.due(now):
+            if what == "wake":
+                self.wake(task, now, "its sleep ended")
+                continue
             if what == "retry":
                 if task.state == QUEUED:
                     self.queues.push(task)
@@ -829,6 +959,8 @@ class Scheduler:
             if task.state == QUEUED:
                 self._enqueue(task, now)
                 continue
+            if task.state == SUSPENDED:
+                continue  # armed once its steps are back (restore_steps)
             # Assigned before the restart: perhaps still running on its forager.
             ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",
                          state=OFFLINE)
@@ -839,6 +971,18 @@ class Scheduler:
             self.held[att.id] = att
         self.dirty = True
         return unfinished
+
+    def restore_steps(self, steps: dict[str, list[dict[str, Any]]], now: float) -> None:
+        """The restored tasks' recorded steps (after ``restore``); suspended tasks wait
+        again for what they waited for."""
+        for task_id, recs in steps.items():
+            task = self.tasks.get(task_id)
+            if task is not None:
+                task.steps = list(recs)
+                task.steps_bytes = sum(size_of(r) for r in recs)
+        for task in list(self.tasks.values()):
+            if task.state == SUSPENDED:
+                self._arm_wake(task, now)
 
     def adopt(self, node: Node, refs: list[Any], now: float) -> int:
         """A forager's hello lists what it runs: take back the held attempts it names."""

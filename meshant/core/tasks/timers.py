@@ -16,11 +16,11 @@ from typing import Literal
 
 from meshant.core.tasks.model import Task
 
-TimerKind = Literal["deadline", "wait", "retry"]
+TimerKind = Literal["deadline", "wait", "retry", "wake"]
 
 # Which Task field holds the id of a task's pending timer of each kind (0: none pending).
 FIELD: dict[str, str] = {"deadline": "deadline_timer", "wait": "waiting",
-                         "retry": "retry_timer"}
+                         "retry": "retry_timer", "wake": "wake_timer"}
 
 
 class TaskTimers:
