@@ -123,6 +123,18 @@ class TaskFailed(TaskOutcome):
         return f"{self.remote_type}: {self.message}" if self.remote_type else self.message
 
 
+class StepFailed(TaskFailed):
+    """A durable step's recorded exception, raised again when a re-run replays the step
+    (its type was not a built-in one this process could raise as itself)."""
+
+
+class NonDeterministic(TaskOutcome):
+    """A re-run of a durable handler asked for another step than the one recorded at a
+    position: the task fails at once (docs/durable.md)."""
+
+    code = "nondeterministic"
+
+
 def format_frames(tb: Any) -> list[str]:
     """A failed result's ``traceback`` (a list of ``{file, line, function, source}``,
     innermost last) as the lines Python prints for one; malformed entries are skipped."""
@@ -229,7 +241,7 @@ class Deposed(JournalError):
 _BY_CODE: dict[str, type[MeshantError]] = {
     cls.code: cls
     for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited,
-                Forbidden, NotLeader, AskTimeout)
+                Forbidden, NotLeader, AskTimeout, NonDeterministic)
 }
 _BAD_INPUT = frozenset({
     "bad-magic", "truncated", "bad-version", "unknown-kind", "bad-msgpack", "bad-json",
@@ -257,7 +269,8 @@ def from_error_body(err: dict[str, Any]) -> MeshantError:
 
 
 __all__ = ["AskTimeout", "BadInput", "ConfigError", "DeadlineExceeded", "Deposed", "Forbidden",
-           "GraphFailed", "JournalError", "MeshantError", "NoForager", "NotLeader",
+           "GraphFailed", "JournalError", "MeshantError", "NoForager", "NonDeterministic",
+           "NotLeader",
            "QueenUnreachable", "QueueFull", "RateLimited", "Refused", "RetryLater",
-           "TaskCancelled", "TaskFailed", "TaskOutcome", "Timeout", "TooLarge",
+           "StepFailed", "TaskCancelled", "TaskFailed", "TaskOutcome", "Timeout", "TooLarge",
            "format_frames", "from_error_body"]

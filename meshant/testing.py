@@ -25,8 +25,9 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from meshant import protocol as p
 from meshant.actors.capability import AsyncCapability, BatchCapability, Capability
+from meshant.actors.durable import Diverged, Suspend
 from meshant.actors.handlers import TaskContext, positional_args
-from meshant.errors import AskTimeout, ConfigError, TaskCancelled
+from meshant.errors import AskTimeout, ConfigError, NonDeterministic, TaskCancelled
 
 R = TypeVar("R")
 
@@ -57,6 +58,13 @@ class Run(Generic[R]):
     spawns: list[dict[str, Any]] = field(default_factory=list)  # nodes, as ctx.spawn made them
     cancelled: bool = False  # the script cancelled the task while it ran
     seconds: float = 0.0
+    # Durable steps: the records this run made (ctx.step, ctx.call, ctx.sleep, a
+    # durable ctx.ask), each a map as the journal keeps it; the steps it was given
+    # back (replayed, not run); and what it suspended on (its run ended waiting).
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    replayed: int = 0
+    suspended: dict[str, Any] | None = None
+    _answers: dict[str, Any] = field(default_factory=dict, repr=False)  # durable asks'
 
     @property
     def ok(self) -> bool:
@@ -74,7 +82,7 @@ class _Recorder:
     """Plays the forager for one context: records what the handler sends and answers its
     questions from the script."""
 
-    features = frozenset({"progress"})
+    features = frozenset({"progress", "steps"})
 
     def __init__(self, run: Run[Any], answers: Callable[[Any, Any], Any] | Iterable[Any],
                  cancel_after: int | None) -> None:
@@ -83,6 +91,27 @@ class _Recorder:
         self._script = answers if callable(answers) else iter(answers)
         self._cancel_after = cancel_after
         self._reports = 0
+        # ctx.call's sub-tasks: capability -> a function of the payload (or a value).
+        self.children: dict[str, Any] = {}
+
+    def call_child(self, ref: str, child: str, body: dict[str, Any]) -> Any:
+        """A sub-task, run here: by the script's function (or value) for its capability."""
+        from concurrent.futures import Future
+        fut: Future[dict[str, Any]] = Future()
+        cap = body["capability"]
+        if cap not in self.children:
+            fut.set_exception(ConfigError(f"the handler calls a sub-task of {cap!r}: give "
+                                          f"run_handler children={{{cap!r}: fn}}"))
+            return fut
+        fn = self.children[cap]
+        try:
+            value = fn(p.unwrap_blob(body.get("payload"))) if callable(fn) else fn
+            final: dict[str, Any] = {"state": "completed", "result": value}
+        except Exception as e:
+            from meshant.actors.failures import error_body
+            final = {"state": "failed", "error": error_body(e)["error"]}
+        fut.set_result({"child": child, "state": final["state"], "final": final})
+        return fut
 
     def send_message(self, msg: p.Message) -> None:
         b = msg.b
@@ -106,6 +135,10 @@ class _Recorder:
             else:
                 q.answer, q.answered = answer, True
                 ctx.answered(b["request"], answer)
+                self.run._answers[b["request"]] = answer  # (a durable ask's: recorded)
+        elif msg.kind == "task.step":
+            self.run.steps.append({k: p.unwrap_blob(v) if k == "value" else v
+                                   for k, v in b.items()})
         elif msg.kind == "graph.spawn":
             self.run.spawns.extend({**n, "payload": p.unwrap_blob(n.get("payload"))}
                                    for n in b.get("nodes", []))
@@ -124,7 +157,9 @@ class _Recorder:
 
 def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
              attempt: int, task_id: str, capability: str | None,
-             timeout: float | None) -> tuple[Run[Any], Callable[[], Any], bool]:
+             timeout: float | None, steps: list[dict[str, Any]] | None = None,
+             children: dict[str, Any] | None = None
+             ) -> tuple[Run[Any], Callable[[], Any], bool]:
     if isinstance(answers, str | bytes):
         raise ConfigError("answers is a list of answers (or a function of the prompt and "
                           f"data), not one string: answers=[{answers!r}]")
@@ -142,6 +177,14 @@ def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
     ctx = TaskContext(rec, f"{task_id}.{attempt}", task_id, attempt, capability or name,
                       deadline)
     rec.ctx = ctx
+    if steps is not None:
+        if not isinstance(steps, list) or not all(isinstance(r, dict) for r in steps):
+            raise ConfigError("steps is a list of step records (maps, as a Run's steps or "
+                              "`meshant task ID --json` give them)")
+        ctx.recorded(steps)
+        run.replayed = len(steps)
+    if children is not None:
+        rec.children = children
     if cancel_after == 0:
         run.cancelled = True
         ctx.cancel()
@@ -174,6 +217,16 @@ def _recording(run: Run[Any]) -> Iterator[list[Any]]:
         run.error, run.cancelled = e, True
     except Exception as e:
         run.error = e
+    except Suspend as s:
+        run.suspended = w = s.wait
+        if w.get("request") in run._answers:
+            # Answered by the script: the record the queen would make, so a run given
+            # these steps goes on past the question.
+            run.steps.append({"position": w["position"], "kind": "ask", "name": w["name"],
+                              "occurrence": w["occurrence"], "request": w["request"],
+                              "value": run._answers[w["request"]]})
+    except Diverged as d:
+        run.error = NonDeterministic(d.message)
     else:
         try:  # what the forager would send: a result the wire cannot carry fails the task
             p.binary.encode(p.Message("task.result", {"status": "ok",
@@ -194,6 +247,8 @@ class Script(TypedDict, total=False):
     task_id: str
     capability: str | None
     timeout: float | None
+    steps: list[dict[str, Any]] | None
+    children: dict[str, Any] | None
 
 
 @overload
@@ -210,7 +265,8 @@ def run_handler(handler: Any, payload: Any = None, *,
                 answers: Iterable[Any] | Callable[[Any, Any], Any] = (),
                 cancel_after: int | None = None, attempt: int = 1,
                 task_id: str = "test-task", capability: str | None = None,
-                timeout: float | None = None) -> Run[Any]:
+                timeout: float | None = None, steps: list[dict[str, Any]] | None = None,
+                children: dict[str, Any] | None = None) -> Run[Any]:
     """Run ``handler`` (a function, or what ``@forager.task`` returned) on ``payload`` as
     a forager would, and return the :class:`Run`: its ``result`` or ``error``, and what
     it reported meanwhile. Nothing touches a network.
@@ -223,9 +279,16 @@ def run_handler(handler: Any, payload: Any = None, *,
     ``async def`` handler runs in a new event loop (from a coroutine, use
     :func:`run_handler_async`). The handler's exception is kept in ``error``, not
     raised: ``run.value()`` raises it.
+
+    Durable steps: ``steps`` are the records an earlier run made (a Run's ``steps``, or
+    a task's from ``meshant task ID --json``): this run replays them, as a resumption
+    would (``run.replayed``), records what it does past them (``run.steps``), and a
+    wait it reaches (``ctx.sleep``, a durable ``ctx.ask``) ends it with
+    ``run.suspended`` set. ``children``: what ``ctx.call`` gets, by capability (a
+    function of the payload, or a value).
     """
     run, call, is_async = _prepare(handler, payload, answers, cancel_after, attempt, task_id,
-                                   capability, timeout)
+                                   capability, timeout, steps, children)
     if is_async:
         try:
             asyncio.get_running_loop()
@@ -253,11 +316,13 @@ async def run_handler_async(handler: Any, payload: Any = None, *,
                             answers: Iterable[Any] | Callable[[Any, Any], Any] = (),
                             cancel_after: int | None = None, attempt: int = 1,
                             task_id: str = "test-task", capability: str | None = None,
-                            timeout: float | None = None) -> Run[Any]:
+                            timeout: float | None = None,
+                            steps: list[dict[str, Any]] | None = None,
+                            children: dict[str, Any] | None = None) -> Run[Any]:
     """:func:`run_handler` from a coroutine: an ``async def`` handler runs on the caller's
     loop, a plain one in a thread."""
     run, call, is_async = _prepare(handler, payload, answers, cancel_after, attempt, task_id,
-                                   capability, timeout)
+                                   capability, timeout, steps, children)
     with _recording(run) as result:
         result.append(await call() if is_async else await asyncio.to_thread(call))
     return run

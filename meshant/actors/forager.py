@@ -28,6 +28,7 @@ from meshant.actors._peer import Peer
 from meshant.actors.capability import BatchRegister, Register
 from meshant.actors.config import ForagerConfig, settle
 from meshant.actors.describe import describe
+from meshant.actors.durable import Diverged, Suspend, diverged_body
 from meshant.actors.futures import fail
 from meshant.actors.handlers import Handler, TaskContext, own_failure, positional_args
 from meshant.actors.workers import Workers
@@ -119,20 +120,20 @@ class Forager(Peer):
     def task(self, capability: str, *, batch: None = None, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
              description: str | None = None, schema: dict[str, Any] | None = None,
-             result_schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None, durable: bool = False,
              ) -> Register: ...
 
     @overload
     def task(self, capability: str, *, batch: int, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
              description: str | None = None, schema: dict[str, Any] | None = None,
-             result_schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None, durable: bool = False,
              ) -> BatchRegister: ...
 
     def task(self, capability: str, *, batch: int | None = None, inline: bool = False,
              retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
              description: str | None = None, schema: dict[str, Any] | None = None,
-             result_schema: dict[str, Any] | None = None,
+             result_schema: dict[str, Any] | None = None, durable: bool = False,
              ) -> Register | BatchRegister:
         """Decorator: ``@forager.task("crawl")`` serves the ``crawl`` capability.
 
@@ -155,6 +156,10 @@ class Forager(Peer):
         the first parameter's type hint) and ``result_schema`` (default from the return
         annotation). A schema over 8 KiB as JSON is refused (ConfigError).
 
+        ``durable=True``: the handler's ``ctx.ask`` questions are durable — the run ends
+        while it waits (its slot is free), and the task runs again with the answer,
+        replaying its recorded steps (``ctx.step``; see docs/durable.md).
+
         The decorated name becomes a :class:`~meshant.Capability`: it still calls the
         function, and a client submits by it (``client.run(crawl, url)``) with the
         handler's payload and result types.
@@ -166,14 +171,15 @@ class Forager(Peer):
         def add(fn: Callable[..., Any]) -> None:
             self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on,
                              description=description, schema=schema,
-                             result_schema=result_schema)
+                             result_schema=result_schema, durable=durable)
         return Register(capability, add) if batch is None else BatchRegister(capability, add)
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
                     batch: int | None = None, inline: bool = False,
                     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (),
                     description: str | None = None, schema: dict[str, Any] | None = None,
-                    result_schema: dict[str, Any] | None = None) -> None:
+                    result_schema: dict[str, Any] | None = None,
+                    durable: bool = False) -> None:
         """Serve ``capability`` with ``fn``; see :meth:`task`."""
         if self._thread is not None:
             raise RuntimeError("add handlers before starting the forager")
@@ -186,7 +192,10 @@ class Forager(Peer):
             raise ConfigError(f"retry_on takes exception classes, not {retry_on!r}")
         about = describe(capability, fn, description=description, schema=schema,
                          result_schema=result_schema, batch=batch is not None)
-        self.handlers[capability] = Handler.of(fn, batch, inline, on, about)
+        if durable and (batch is not None or inline):
+            raise ConfigError("durable handlers are plain or async def functions without "
+                              "batch or inline")
+        self.handlers[capability] = Handler.of(fn, batch, inline, on, about, durable)
 
     def on(self, prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator: ``@forager.on("news.")`` calls ``fn(topic, data)`` (or
@@ -381,6 +390,9 @@ class Forager(Peer):
         deadline = time.monotonic() + a.timeout if a.timeout is not None else None
         ctx = TaskContext(self, a.ref, a.task_id, a.attempt, a.capability, deadline)
         ctx._run = a.run
+        ctx._durable = h.durable
+        if a.steps:
+            ctx.recorded(a.steps)
         self.running[a.ref] = ctx
         payload = a.payload
         if a.trace is not None and h.batch is None:
@@ -467,6 +479,20 @@ class Forager(Peer):
             if ctx.refused(ref, err):
                 return  # a refused question: its ctx.ask raises the error
 
+    def call_child(self, ref: str, child: str, body: dict[str, Any]
+                   ) -> Future[dict[str, Any]]:
+        """Start (or find again) sub-task ``child`` for the handler of ``ref`` (any
+        thread): a future of the queen's ``task.called`` (its state, and its final
+        result once it ended)."""
+        reply: Future[dict[str, Any]] = Future()
+        self.call_soon(self._call_child, body, ref, reply)
+        return reply
+
+    def _call_child(self, body: dict[str, Any], ref: str, reply: Future[Any]) -> None:
+        msg = p.Message("task.call", body, ref=ref, to="queen")
+        self.await_reply(msg.id, reply)
+        self._fsess().send(msg)
+
     def _on_peer_message(self, msg: p.Message) -> None:
         for cb in self._message_callbacks:
             try:
@@ -510,7 +536,23 @@ class Forager(Peer):
             body = {"status": "ok", "result": p.wrap_blob(result)}
         except Exception as e:
             body = self._failed(h, ctx, e)
+        except Suspend as s:
+            body = self._suspended(ctx, s)
+        except Diverged as d:
+            body = self._diverged(ctx, d)
         self._done(ctx, body)
+
+    def _suspended(self, ctx: TaskContext, s: Suspend) -> dict[str, Any]:
+        if ctx.is_cancelled:
+            return {"status": "cancelled"}
+        log.info("%s: task %s (%s) suspended: %s", self.name, ctx.task_id, ctx.capability,
+                 s.wait)
+        return {"status": "suspended", "wait": s.wait}
+
+    def _diverged(self, ctx: TaskContext, d: Diverged) -> dict[str, Any]:
+        log.warning("%s: task %s (%s, attempt %d) failed: %s", self.name, ctx.task_id,
+                    ctx.capability, ctx.attempt, d.message)
+        return diverged_body(d)
 
     async def _run_async(self, h: Handler, payload: Any, ctx: TaskContext) -> None:
         try:
@@ -520,6 +562,10 @@ class Forager(Peer):
             body = {"status": "cancelled"}
         except Exception as e:
             body = self._failed(h, ctx, e)
+        except Suspend as s:
+            body = self._suspended(ctx, s)
+        except Diverged as d:
+            body = self._diverged(ctx, d)
         self._done(ctx, body)
 
     def _run_batch(self, h: Handler, cap: str) -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import threading
-import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -17,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.errors import AskTimeout, MeshantError, TaskCancelled
+from meshant.actors.durable import Steps, answered_call, replayed
+from meshant.actors.failures import TRACEBACK_FRAMES, error_body, frames, own_failure
+from meshant.errors import AskTimeout, ConfigError, TaskCancelled
 
 
 class Sender(Protocol):
@@ -32,8 +32,8 @@ class Sender(Protocol):
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_asks", "_cancelled", "_event", "_forager", "_future", "_run", "attempt",
-                 "capability", "deadline", "ref", "task_id")
+    __slots__ = ("_asks", "_cancelled", "_durable", "_event", "_forager", "_future", "_run",
+                 "_steps", "attempt", "capability", "deadline", "ref", "task_id")
 
     def __init__(self, forager: Sender, ref: str, task_id: str, attempt: int,
                  capability: str, deadline: float | None) -> None:
@@ -48,6 +48,100 @@ class TaskContext:
         self._event: threading.Event | None = None
         self._asks: Asks | None = None  # questions asked, made on the first ask
         self._run = 0  # which run of its assignment this is (the forager session's)
+        self._durable = False  # its handler's asks are durable (@forager.task(durable=True))
+        self._steps: Steps | None = None  # its durable steps, made on the first
+
+    # -- durable steps (docs/durable.md) -----------------------------------------------
+
+    def recorded(self, steps: list[dict[str, Any]]) -> None:
+        """The steps earlier runs of this task recorded (the forager gives them before
+        the handler starts): replayed, not run again."""
+        self._steps = Steps(self._forager, self.ref, self.task_id, steps)
+
+    def _durable_steps(self) -> Steps:
+        st = self._steps
+        if st is None:
+            st = self._steps = Steps(self._forager, self.ref, self.task_id, None)
+        if self._cancelled:
+            raise TaskCancelled(f"task {self.task_id} was cancelled")
+        return st
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this task and record its result (or the
+        exception it raised) in the queen's journal: a later run of the task — its
+        forager killed, the queen restarted or failed over, the task retried — gets the
+        recorded value back (or the exception raised again) without running ``fn``.
+        Steps are keyed by ``name`` and occurrence (the n-th call of that name) in the
+        order the handler makes them: a re-run that asks for another step at a recorded
+        position fails the task (NonDeterministic). A step in flight when its forager
+        died runs again: make its side effects idempotent. The value must be
+        msgpack-able (JSON-like data, bytes) and under 1 MiB; the handler gets it back as
+        the journal keeps it (a tuple as a list) on every run alike."""
+        return self._durable_steps().step(name, fn, args, kwargs)
+
+    async def step_async(self, name: str, fn: Callable[..., Any], /, *args: Any,
+                         **kwargs: Any) -> Any:
+        """:meth:`step` for ``async def`` handlers: ``fn`` may be a coroutine function."""
+        return await self._durable_steps().step_async(name, fn, args, kwargs)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` without holding a slot: the run ends as *suspended*, the queen
+        journals when it wakes, and runs the task again then (never earlier, across
+        restarts and failover); the re-run replays the recorded steps and passes this
+        sleep at once. Code after ``ctx.sleep`` runs in that later run. Without a queen
+        that keeps steps, a plain sleep."""
+        self._durable_steps().sleep(seconds)
+
+    async def sleep_async(self, seconds: float) -> None:
+        """:meth:`sleep` for ``async def`` handlers."""
+        st = self._durable_steps()
+        if not st.durable:
+            await asyncio.sleep(seconds)
+            return
+        st.sleep(seconds)
+
+    def call(self, capability: Any, payload: Any = None, *, timeout: float | None = None,
+             **options: Any) -> Any:
+        """Run a sub-task of ``capability`` (a name, or a :class:`~meshant.Capability`)
+        and its result: the child is keyed by this task and the step position, so a re-run
+        gets the same child — its result at once if it ended, never a second one. While
+        it runs, this run ends *suspended* (its slot free, so a forager may run its own
+        children); the queen runs the task again when the child ends, and this call
+        returns its result (code before it was replayed, not run again). Its error is
+        raised as ``client.run`` raises it. ``options``: priority, timeout (the
+        child's), labels, to, max_attempts, wait. Cancelling this task cancels its
+        running children. ``timeout``: how long to wait for the queen's answer."""
+        st = self._durable_steps()
+        pos, occ, name, rec, fut = st.call(capability, payload, options, self._call_child)
+        if rec is not None:
+            return replayed(rec)
+        assert fut is not None
+        try:
+            reply = fut.result(30.0 if timeout is None else timeout)
+        except FutureTimeout:
+            from meshant.errors import Timeout
+            raise Timeout(f"the queen did not answer the call of sub-task {name} of task "
+                          f"{self.task_id}") from None
+        return st.called(pos, occ, name, _child_of(self.task_id, pos), answered_call(reply))
+
+    async def call_async(self, capability: Any, payload: Any = None, *,
+                         timeout: float | None = None, **options: Any) -> Any:
+        """:meth:`call` for ``async def`` handlers."""
+        st = self._durable_steps()
+        pos, occ, name, rec, fut = st.call(capability, payload, options, self._call_child)
+        if rec is not None:
+            return replayed(rec)
+        assert fut is not None
+        reply = await asyncio.wait_for(asyncio.wrap_future(fut), 30.0 if timeout is None
+                                       else timeout)
+        return st.called(pos, occ, name, _child_of(self.task_id, pos), answered_call(reply))
+
+    def _call_child(self, ref: str, child: str, body: dict[str, Any]
+                    ) -> Future[dict[str, Any]]:
+        call = getattr(self._forager, "call_child", None)
+        if call is None:
+            raise ConfigError("ctx.call runs a sub-task in a colony: not here")
+        return call(ref, child, body)  # type: ignore[no-any-return]
 
     @property
     def is_cancelled(self) -> bool:
@@ -76,7 +170,8 @@ class TaskContext:
         if self._asks is not None:
             self._asks.cancel_all(self.task_id)
 
-    def ask(self, prompt: Any, *, timeout: float | None = None, data: Any = None) -> Any:
+    def ask(self, prompt: Any, *, timeout: float | None = None, data: Any = None,
+            durable: bool | None = None) -> Any:
         """Ask for input and wait for it: the task enters ``input-required``, its submitter
         (and anyone attached) sees the question, and ``client.answer`` (or ``meshant
         answer``) resumes this call with the value. ``data``: any JSON to go with the
@@ -84,7 +179,14 @@ class TaskContext:
 
         Raises :class:`~meshant.errors.AskTimeout` once ``timeout`` seconds pass without
         an answer (the question is withdrawn), and TaskCancelled if the task is cancelled.
+
+        ``durable=True`` (the default in a ``@forager.task(..., durable=True)`` handler):
+        the run ends while the question waits, freeing its slot; the queen keeps the
+        question and runs the task again once it is answered, the answer recorded as this
+        step (code after the ask runs in that later run). No ``timeout`` then.
         """
+        if self._durable_ask(durable, timeout):
+            return self._durable_steps().ask(prompt, data)
         fut, request = self._ask(prompt, timeout, data)
         try:
             return fut.result(timeout)
@@ -94,8 +196,10 @@ class TaskContext:
             raise self._withdraw(request, timeout) from None
 
     async def ask_async(self, prompt: Any, *, timeout: float | None = None,
-                        data: Any = None) -> Any:
+                        data: Any = None, durable: bool | None = None) -> Any:
         """:meth:`ask` for ``async def`` handlers: awaits the answer."""
+        if self._durable_ask(durable, timeout):
+            return self._durable_steps().ask(prompt, data)
         fut, request = self._ask(prompt, timeout, data)
         try:
             # shield: wait_for's timeout must not cancel the question's own future (an
@@ -105,6 +209,14 @@ class TaskContext:
             if fut.done() and not fut.cancelled():
                 return fut.result()
             raise self._withdraw(request, timeout) from None
+
+    def _durable_ask(self, durable: bool | None, timeout: float | None) -> bool:
+        if not (self._durable if durable is None else durable):
+            return False
+        if timeout is not None:
+            raise ConfigError("a durable ask has no timeout (the task waits, suspended, "
+                              "until answered or cancelled): drop timeout= or durable=")
+        return "steps" in self._forager.features
 
     def _ask(self, prompt: Any, timeout: float | None, data: Any) -> tuple[Future[Any], str]:
         if self._cancelled:
@@ -265,6 +377,11 @@ class Asks:
             return [m for m, _ in self._waiting.values()]
 
 
+def _child_of(task_id: str, position: int) -> str:
+    from meshant.core.tasks.steps import child_id
+    return child_id(task_id, position)
+
+
 def positional_args(fn: Callable[..., Any], most: int) -> int:
     """How many positional arguments to call ``fn`` with, at most ``most``: those it
     requires (parameters with defaults are the function's own, never filled), or
@@ -299,69 +416,21 @@ class Handler:
     # What the hello says of the capability: description, payload and result schemas
     # (meshant.actors.describe); empty when nothing is known.
     about: dict[str, Any] | None = None
+    durable: bool = False  # its asks are durable (the run ends while one waits)
 
     @classmethod
     def of(cls, fn: Callable[..., Any], batch: int | None, inline: bool,
            retry_on: tuple[type[BaseException], ...] = (),
-           about: dict[str, Any] | None = None) -> Handler:
+           about: dict[str, Any] | None = None, durable: bool = False) -> Handler:
         """``fn`` is given the context if it requires a second positional argument."""
         return cls(fn, batch, inspect.iscoroutinefunction(fn), positional_args(fn, 2) >= 2,
-                   inline, retry_on, about or None)
+                   inline, retry_on, about or None, durable)
 
     def failed(self, e: BaseException) -> dict[str, Any]:
         """The result body of a task this handler failed with ``e``."""
         return error_body(e, retry=bool(self.retry_on) and isinstance(e, self.retry_on))
 
 
-# A failed result carries the last frames of its traceback, each string cut short, so
-# one deep recursion cannot make a result of megabytes.
-TRACEBACK_FRAMES = 20
-_FIELD_MAX = 300
-MESSAGE_MAX = 2000
-
-
-def _cut(s: str, most: int) -> str:
-    return s if len(s) <= most else s[:most - 1] + "…"
-
-
-# The frames of meshant's own that called the handler (the forager's worker, a tracing
-# wrapper) say nothing about where it failed.
-_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def frames(e: BaseException, most: int = TRACEBACK_FRAMES) -> list[dict[str, Any]]:
-    """The last ``most`` frames of where ``e`` was raised, innermost last, from the
-    handler's own on (meshant's frames that called it left out): each a map of ``file``,
-    ``line``, ``function`` and ``source`` (the line's text)."""
-    tb = traceback.extract_tb(e.__traceback__)
-    first = 0
-    while first < len(tb) - 1 and tb[first].filename.startswith(_OURS):
-        first += 1
-    return [{"file": _cut(f.filename, _FIELD_MAX), "line": f.lineno or 0,
-             "function": _cut(f.name, _FIELD_MAX), "source": _cut(f.line or "", _FIELD_MAX)}
-            for f in tb[max(first, len(tb) - most):]]
-
-
-def own_failure(e: BaseException) -> bool:
-    """Whether ``e`` is a failure meshant's own code raised on purpose (a wrapper
-    refusing a payload, a wrapped server's error): a MeshantError none of whose frames is
-    the handler author's, so its traceback would show only meshant's internals."""
-    return isinstance(e, MeshantError) and all(
-        f.filename.startswith(_OURS) for f in traceback.extract_tb(e.__traceback__))
-
-
-def error_body(e: BaseException, *, retry: bool = False) -> dict[str, Any]:
-    """The result body of a task whose handler raised ``e``: its type, message and a
-    bounded traceback (none for :func:`own_failure`); ``retry``: ask the queen to try the
-    task again (the handler opted in for this exception)."""
-    err: dict[str, Any] = {"type": type(e).__name__, "message": _cut(str(e), MESSAGE_MAX)}
-    tb = [] if own_failure(e) else frames(e)
-    if tb:
-        err["traceback"] = tb
-    if retry:
-        err["retry"] = True
-    return {"status": "error", "error": err}
-
-
-__all__ = ["Asks", "Handler", "TaskContext", "error_body", "frames", "own_failure",
+__all__ = ["TRACEBACK_FRAMES", "Asks", "Handler", "TaskContext", "error_body", "frames",
+           "own_failure",
            "positional_args"]

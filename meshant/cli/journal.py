@@ -140,13 +140,15 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
     try:
         t = j.task(task_id)
         problems = j.verify(task_id) if verify else []
+        steps = j.conversation.steps(task_id) if t is not None else []
     finally:
         j.close()
     if t is None:
         raise click.ClickException(f"no task {task_id!r} in {j.path}")
     if as_json:
         click.echo(json.dumps({"id": t["id"], "state": t["state"], "events": t["events"],
-                               "final": t["final"], "problems": problems},
+                               "final": t["final"], "problems": problems, "steps": steps,
+                               "parent": t.get("parent"), "waiting": t.get("wake")},
                               default=jsonable))
     else:
         click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}")
@@ -155,6 +157,19 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
             click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} "
                        f"{_why(e['state'], e['why'] or '')}")
+        if t.get("parent"):
+            click.echo(f"  sub-task of {t['parent']}")
+        if steps:
+            click.echo(f"  {len(steps)} durable steps recorded:")
+            for r in steps:
+                what = (f"raised {r['error'].get('type')}" if isinstance(r.get("error"), dict)
+                        else f"sub-task {r['child']}" if r.get("child") else
+                        f"until {time.strftime('%H:%M:%S', time.localtime(r['until']))}"
+                        if r.get("until") else "ok")
+                click.echo(f"    {r['position']:4}  {r['kind']:5} {r['name']} "
+                           f"#{r['occurrence']}  {what}")
+        if t.get("wake"):
+            click.echo(f"  suspended, waiting for {t['wake']}")
         err = (t["final"] or {}).get("error") if isinstance(t["final"], dict) else None
         if t["state"] in ("failed", "cancelled") and isinstance(err, dict):
             click.echo(error_text(err))
@@ -191,4 +206,70 @@ def journal_verify(conn: Connection, journal: str | None, as_json: bool) -> None
     sys.exit(1 if problems else 0)
 
 
-COMMANDS = [tasks, task, journal_group]
+@click.command()
+@journal_options
+@click.argument("task_id")
+@click.option("--app", required=True, metavar="MODULE:FORAGER",
+              help="The forager whose handler to replay (as `meshant forager --app`).")
+@JSON_OPT
+def replay(conn: Connection, journal: str | None, task_id: str, app: str,
+           as_json: bool) -> None:
+    """Run a durable task's handler here against the steps its colony recorded.
+
+    Each step is shown recorded vs replayed; the replay stops at the first divergence
+    (the handler now makes another step there: exit 1) or where the record ends (what
+    comes after would be real calls, and is not run). The record is read from the
+    running queen's journal (or --journal FILE).
+
+    \b
+      meshant replay 3f2a...-7 --app agents:forager
+    """
+    from meshant.actors.forager import Forager
+    from meshant.apps.replay import replay as run_replay
+    from meshant.cli.forager import load_app
+
+    target = load_app(app)
+    if not isinstance(target, Forager):
+        raise click.BadParameter(f"{app!r} is not a Forager", param_hint="--app")
+    j = _open_journal(_locate(conn, journal))
+    try:
+        t = j.task(task_id)
+        steps = j.conversation.steps(task_id) if t is not None else []
+    finally:
+        j.close()
+    if t is None:
+        raise click.ClickException(f"no task {task_id!r} in {j.path}")
+    h = target.handlers.get(t["capability"])
+    if h is None:
+        raise click.ClickException(f"{app} has no handler for {t['capability']!r} (it serves "
+                                   f"{', '.join(sorted(target.handlers)) or 'nothing'})")
+    from meshant import protocol as p
+    r = run_replay(h, p.unwrap_blob(t.get("payload")), task_id, steps, t["capability"])
+    if as_json:
+        click.echo(json.dumps({"task": task_id, "recorded": len(steps), "end": r.end,
+                               "detail": r.detail,
+                               "steps": [{"position": ln.position, "recorded": ln.recorded,
+                                          "replayed": ln.replayed, "same": ln.same,
+                                          "outcome": ln.outcome} for ln in r.lines]},
+                              default=jsonable))
+    else:
+        click.echo(f"task {task_id} ({t['capability']}): {len(steps)} steps recorded")
+        for ln in r.lines:
+            if ln.recorded is None:
+                click.echo(f"  {ln.position:4}  past the record: {ln.replayed} (not run)")
+            elif ln.same:
+                click.echo(f"  {ln.position:4}  {ln.replayed:32}  same  -> {ln.outcome}")
+            else:
+                click.echo(f"  {ln.position:4}  recorded {ln.recorded}, replayed "
+                           f"{ln.replayed}  DIVERGED")
+        click.echo({"completed": f"the handler returned {r.result!r}",
+                    "end-of-record": "the record ends here: the replay stops (nothing new "
+                                     "was run)",
+                    "diverged": f"diverged: {r.detail}",
+                    "suspended": f"the handler waits: {r.detail}",
+                    "failed": f"the handler raised {r.detail}"}[r.end])
+    if r.end == "diverged":
+        sys.exit(1)
+
+
+COMMANDS = [tasks, task, journal_group, replay]

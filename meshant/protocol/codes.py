@@ -63,6 +63,9 @@ class Code(StrEnum):
     NO_FORAGER = "no-forager"
     CANCELLED = "cancelled"
     ASK_TIMEOUT = "ask-timeout"  # a question's timeout passed without an answer (handler)
+    # A re-run asked for another step than the one recorded at a position (durable
+    # agents): never retried, a re-run would diverge again.
+    NONDETERMINISTIC = "nondeterministic"
     UPSTREAM_FAILED = "upstream-failed"  # a graph node a failed node's failure cancelled
     GRAPH_FAILED = "graph-failed"  # a graph's end, raised in the client (GraphFailed)
     # Why its last attempt failed (the error's ``cause``: the dead-letter classification),

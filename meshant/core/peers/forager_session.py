@@ -12,6 +12,11 @@ moves bytes and reads the clock, and carries out what this decides:
 * final results sent lately are kept for a heartbeat timeout: a connection that dies
   takes what it had not delivered with it, so they go again after a reconnect (the queen
   drops any it already had); questions still waiting are asked again after a welcome;
+* durable steps (negotiated ``steps``): a run's step records are numbered with its
+  updates and kept to send again until the run ends (the queen journals each, and a
+  later run gets them with its assignment, or asks them with ``task.steps`` when they
+  are many); a sub-task's call waits for ``task.called`` and is asked again after a
+  welcome;
 * a cancel, or the queen saying it no longer knows an assignment, stops the handler
   (:class:`Stop`), and the run's end is reported as cancelled;
 * draining: nothing new is taken, the running tasks finish, then :class:`Leave`; with
@@ -60,6 +65,7 @@ class Start:
     payload: Any
     timeout: float | None
     trace: str | None
+    steps: list[dict[str, Any]] | None = None  # what earlier runs recorded (durable)
 
 
 @dataclass(slots=True)
@@ -120,6 +126,24 @@ class Run:
     n: int = 0
     updates: deque[tuple[p.Message, int]] = field(default_factory=deque)
     updates_bytes: int = 0
+    # Its step records (numbered with the updates), all kept until it ends: bounded by
+    # what one task may record (core/tasks/steps.py), and never dropped, since a record
+    # the queen missed would make a later run do its step again.
+    steps: list[p.Message] = field(default_factory=list)
+    # Sub-task calls waiting for their task.called, by message id (asked again after a
+    # welcome).
+    calls: dict[str, p.Message] = field(default_factory=dict)
+    # A re-run whose records are fetched (task.steps) before it starts: what it waits
+    # to start with, and the records so far.
+    start: Start | None = None
+    fetched: list[dict[str, Any]] = field(default_factory=list)
+
+    def numbered(self) -> list[p.Message]:
+        """Its numbered messages kept to send again, in order."""
+        kept = [m for m, _ in self.updates]
+        if self.steps:
+            kept = sorted(kept + self.steps, key=lambda m: m.b["n"])
+        return kept
 
 
 def _size(value: Any) -> int:
@@ -236,8 +260,10 @@ class ForagerSession:
             self.cancel(msg.ref)
         elif kind == "task.answer":
             self.answer(msg.ref, b.get("request"), b.get("value"))
-        elif kind == "graph.spawned":
+        elif kind == "graph.spawned" or kind == "task.called":
             self.reply(msg.ref, b)
+        elif kind == "task.steps":
+            self.fetched(msg.ref, b)
         elif kind == "ctl.drain":
             if self.drain():
                 self.beat_now = True  # tell the queen now, so it assigns nothing more
@@ -277,10 +303,36 @@ class ForagerSession:
         self.running[ref] = run
         self._accepts[ref] = now + self.accept_delay
         timeout = body.get("timeout")
-        self.out.append(Start(ref, run.run, run.task_id, int(body.get("attempt", 1)), cap,
-                              p.unwrap_blob(body.get("payload")),
-                              float(timeout) if isinstance(timeout, int | float) else None,
-                              trace if isinstance(trace, str) else None))
+        steps = body.get("steps")
+        start = Start(ref, run.run, run.task_id, int(body.get("attempt", 1)), cap,
+                      p.unwrap_blob(body.get("payload")),
+                      float(timeout) if isinstance(timeout, int | float) else None,
+                      trace if isinstance(trace, str) else None,
+                      steps if isinstance(steps, list) else None)
+        total = body.get("steps_total")
+        if "steps" in self.features and isinstance(total, int) and total > 0:
+            # Too many records to come with the assignment: fetched before it starts.
+            run.start = start
+            self.outbox.append(p.Message("task.steps", {"task": run.task_id}, ref=ref,
+                                         to="queen"))
+            return
+        self.out.append(start)
+
+    def fetched(self, ref: str | None, body: dict[str, Any]) -> None:
+        """A slice of the records a re-run waits for (``task.steps``): it starts once it
+        has them all."""
+        run = self.running.get(ref or "")
+        if run is None or run.start is None:
+            return
+        steps, first, total = body.get("steps"), body.get("from"), body.get("total")
+        if not isinstance(steps, list) or first != len(run.fetched) or not isinstance(
+                total, int):
+            return
+        run.fetched.extend(steps)
+        if len(run.fetched) >= total:
+            start, run.start = run.start, None
+            start.steps, run.fetched = run.fetched, []
+            self.out.append(start)
 
     def _forget(self, ref: str) -> None:
         """A queen assigns an id this forager ran before: it restarted without knowing
@@ -334,7 +386,13 @@ class ForagerSession:
         """The queen answered a message a handler waits on (``graph.spawned``)."""
         if ref is not None and ref in self._waiting_replies:
             self._waiting_replies.discard(ref)
+            self._called(ref)
             self.out.append(Reply(ref, body))
+
+    def _called(self, ref: str) -> None:
+        for run in self.running.values():
+            if run.calls and run.calls.pop(ref, None) is not None:
+                return
 
     def error(self, ref: str | None, body: dict[str, Any]) -> str | None:
         """An ``error`` from the queen about something this forager sent. Returns a line
@@ -342,6 +400,7 @@ class ForagerSession:
         if ref is not None:
             if ref in self._waiting_replies:
                 self._waiting_replies.discard(ref)
+                self._called(ref)
                 self.out.append(Reply(ref, {}, body))
                 return None
             for run in self.running.values():
@@ -388,6 +447,17 @@ class ForagerSession:
                     run.asks[request] = msg
         elif msg.kind == "graph.spawn":
             self._waiting_replies.add(msg.id)
+        elif msg.kind == "task.call":
+            self._waiting_replies.add(msg.id)
+            run = self.running.get(msg.ref or "")
+            if run is not None:
+                run.calls[msg.id] = msg
+        elif msg.kind == "task.step":
+            run = self.running.get(msg.ref or "")
+            if run is not None:
+                run.n += 1
+                msg.b["n"] = run.n
+                run.steps.append(msg)
         elif msg.kind in _NUMBERED and (msg.kind == "task.progress" or msg.b.get("partial")):
             run = self.running.get(msg.ref or "")
             if run is not None:
@@ -411,9 +481,10 @@ class ForagerSession:
         if current.cancelled:
             body = {"status": "cancelled"}
         del self.running[ref]
-        if current.updates:
+        if current.updates or current.steps:
             ended = self._ended_updates
-            ended[ref] = current.updates
+            ended[ref] = deque((m, 0) for m in current.numbered()) if current.steps else (
+                current.updates)
             while len(ended) > RESENT_MAX:
                 ended.popitem(last=False)
         self.outbox.append(p.Message("task.result", body, ref=ref, to="queen"))
@@ -440,16 +511,23 @@ class ForagerSession:
         if isinstance(updates, dict):
             for ref, last in updates.items():
                 run = self.running.get(ref)
-                kept = run.updates if run is not None else self._ended_updates.get(ref)
-                if kept is None or not isinstance(last, int):
+                kept = run.numbered() if run is not None else [
+                    m for m, _ in self._ended_updates.get(ref, ())]
+                if not kept or not isinstance(last, int):
                     continue
-                again = [m for m, _ in kept if m.b["n"] > last]
+                again = [m for m in kept if m.b["n"] > last]
                 # (by number: what waits may be a copy, split back from an unsent batch)
                 queued = {m.b.get("n") for m in self.outbox
-                          if m.ref == ref and m.kind in _NUMBERED and isinstance(m.b, dict)}
+                          if m.ref == ref and (m.kind in _NUMBERED or m.kind == "task.step")
+                          and isinstance(m.b, dict)}
                 self.outbox.extendleft(reversed([m for m in again if m.b["n"] not in queued]))
         for run in self.running.values():
             self.outbox.extend(run.asks.values())
+            self.outbox.extend(run.calls.values())  # (the queen answers a call once more)
+            if run.start is not None:
+                run.fetched = []  # (what came on the old connection may be partial)
+                self.outbox.append(p.Message("task.steps", {"task": run.task_id},
+                                             ref=run.ref, to="queen"))
 
     def queen_lost(self) -> None:
         """Results sent lately may have died with the old connection: they go first on

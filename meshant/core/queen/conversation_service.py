@@ -58,8 +58,23 @@ class ConversationService:
         self.attached: dict[str, dict[bytes, int]] = {}
         self._n_attached = 0
         self._next_expiry = 0.0
+        scheduler.on_suspend = self._suspended
         if restored is not None:
             self._restore(restored)
+
+    def _suspended(self, task: Task, now: float) -> None:
+        """A task suspends on a durable ask: answered already (the answer came while its
+        run was ending), it is recorded and the task wakes now."""
+        wake = task.wake or {}
+        request = wake.get("request")
+        q = self.questions.get(task.id, request) if isinstance(request, str) else None
+        if q is None or not q.answered:
+            return
+        record = {"position": wake["position"], "kind": "ask", "name": wake["name"],
+                  "occurrence": wake["occurrence"], "request": q.request, "value": q.answer}
+        rec = self.scheduler.answer_step(task, record, now)
+        if rec is not None:
+            self._remember(steps=[(task.id, task.attempt, 0, rec)])
 
     def _restore(self, r: Restored) -> None:
         """Take back the questions, inboxes and update cursors that belong with the tasks
@@ -171,6 +186,8 @@ class ConversationService:
             return
         request = b.get("request")
         current = task.current.id if task.current is not None else None
+        if request is None and task.state == SUSPENDED and task.wake is not None:
+            request = task.wake.get("request")  # (a durable ask's: no attempt runs)
         if request is None:
             pending = self._waiting(task)
             request = pending[0].request if pending else None

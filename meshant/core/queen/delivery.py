@@ -61,11 +61,8 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                     traces.pop(task.id, None)
                 client = task.client
                 if task.parent is not None:
-                    # A sub-task's submitter is the run that called it: only its end.
-                    if kind == "task.result" and not body.get("partial"):
-                        st.send_to(client, BINARY, p.Message(kind, {**body, "parent":
-                                                                    task.parent},
-                                                             ref=task.id, ts=wall))
+                    # A sub-task's caller is a run that suspended on it: its end wakes the
+                    # parent (the scheduler), whose re-run reads it with task.call.
                     continue
                 if kind != "task.result" or body.get("partial"):
                     peer = by_id.get(client)

@@ -338,8 +338,6 @@ class TaskService:
             reply: dict[str, Any] = {"child": cid, "state": known.state}
             if known.final is not None:
                 reply["final"] = known.final
-            else:
-                self.scheduler.follow(known, req.identity)
             # After this turn's record: the child may have ended in this very turn.
             st.later(req.node, p.Message("task.called", reply, ref=msg.id))
             return

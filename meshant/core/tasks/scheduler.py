@@ -173,6 +173,9 @@ class Scheduler:
         self.to_wall = 0.0
         # Graphs (meshant.core.graphs.book): told when a graph node's task ends.
         self.on_graph_final: Callable[[Task], None] | None = None
+        # Called as a task suspends (the conversations' hook: a durable ask answered
+        # before its run ended wakes it at once).
+        self.on_suspend: Callable[[Task, float], None] | None = None
         # Whether a task id may exist outside memory (the archive index), for dlq retry.
         self.archived: Callable[[str], bool] = lambda task_id: False
 
@@ -554,6 +557,8 @@ class Scheduler:
         self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
         self.counters["suspended"] += 1
         self._arm_wake(task, now)
+        if self.on_suspend is not None and task.state == SUSPENDED:
+            self.on_suspend(task, now)
 
     def _arm_wake(self, task: Task, now: float) -> None:
         """Set what wakes a suspended task: its timer, or a child that ended already."""
@@ -980,6 +985,13 @@ class Scheduler:
             if task is not None:
                 task.steps = list(recs)
                 task.steps_bytes = sum(size_of(r) for r in recs)
+        for task in list(self.tasks.values()):
+            parent = self.tasks.get(task.parent) if task.parent is not None else None
+            if parent is not None:
+                # A parent's cancel reaches the sub-tasks it called before the restart.
+                if parent.children is None:
+                    parent.children = []
+                parent.children.append(task.id)
         for task in list(self.tasks.values()):
             if task.state == SUSPENDED:
                 self._arm_wake(task, now)
