@@ -65,6 +65,7 @@ class Run(Generic[R]):
     replayed: int = 0
     suspended: dict[str, Any] | None = None
     _answers: dict[str, Any] = field(default_factory=dict, repr=False)  # durable asks'
+    _ask: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,16 @@ class _Recorder:
         self._reports = 0
         # ctx.call's sub-tasks: capability -> a function of the payload (or a value).
         self.children: dict[str, Any] = {}
+        run._ask = self._durable_ask
+
+    def _durable_ask(self, wait: dict[str, Any]) -> None:
+        """A durable question (it came with the suspension): the script answers it."""
+        q = Question(p.unwrap_blob(wait.get("prompt")), p.unwrap_blob(wait.get("data")))
+        self.run.questions.append(q)
+        answer = self._answer(q)
+        if answer is not _NO_ANSWER:
+            q.answer, q.answered = answer, True
+            self.run._answers[wait["request"]] = answer
 
     def call_child(self, ref: str, child: str, body: dict[str, Any]) -> Any:
         """A sub-task, run here: by the script's function (or value) for its capability."""
@@ -219,6 +230,8 @@ def _recording(run: Run[Any]) -> Iterator[list[Any]]:
         run.error = e
     except Suspend as s:
         run.suspended = w = s.wait
+        if isinstance(w.get("request"), str) and run._ask is not None:
+            run._ask(w)  # (a durable question: asked as the queen would, from the wait)
         if w.get("request") in run._answers:
             # Answered by the script: the record the queen would make, so a run given
             # these steps goes on past the question.

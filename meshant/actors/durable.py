@@ -112,11 +112,14 @@ def raise_recorded(err: dict[str, Any]) -> None:
 class Steps:
     """One run's durable steps (on its handler's thread or loop)."""
 
-    __slots__ = ("_link", "ref", "replay", "task_id", "watch")
+    __slots__ = ("_link", "ref", "replay", "task_id", "wall", "watch")
 
     def __init__(self, link: Link, ref: str, task_id: str,
-                 recorded: list[dict[str, Any]] | None) -> None:
+                 recorded: list[dict[str, Any]] | None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """``wall``: the wall clock a sleep's end is reckoned on (the simulator's own)."""
         self._link = link
+        self.wall = wall
         self.ref = ref
         self.task_id = task_id
         self.replay = Replay(list(recorded or ()))
@@ -197,18 +200,16 @@ class Steps:
             raise ConfigError(f"ctx.sleep takes seconds >= 0, not {seconds!r}")
         pos, occ, rec = self.next("sleep", "sleep")
         if rec is not None:
-            until = rec.get("until")
-            # A run that comes back early (its forager died after recording the sleep,
-            # before the queen took the wait) sleeps the rest: never woken early.
-            if isinstance(until, int | float) and until > time.time():
-                raise Suspend({"until": until})
+            # Slept: the queen runs the task again once the sleep is over on its clock
+            # (the record's end; a run that comes back early is put to sleep again by
+            # the queen, not here, where the clock may be another machine's).
             return
-        until = time.time() + seconds
-        self.record(pos, "sleep", "sleep", occ, until=until)
+        until = self.wall() + seconds
+        self.record(pos, "sleep", "sleep", occ, seconds=float(seconds))
         if not self.durable:
             time.sleep(seconds)
             return
-        raise Suspend({"until": until})
+        raise Suspend({"until": until, "position": pos})
 
     def ask(self, prompt: Any, data: Any) -> Any:
         """A durable question: the run ends, the queen keeps the question and wakes the
@@ -218,12 +219,13 @@ class Steps:
             if "error" in rec:
                 raise_recorded(rec["error"])
             return p.unwrap_blob(rec.get("value"))
-        request = f"{self.task_id}.s{pos}"
-        body: dict[str, Any] = {"request": request, "prompt": p.wrap_blob(prompt)}
+        # The question goes with the suspension itself (one message: the queen that takes
+        # the one has the other).
+        wait: dict[str, Any] = {"request": f"{self.task_id}.s{pos}", "position": pos,
+                                "name": "ask", "occurrence": occ, "prompt": p.wrap_blob(prompt)}
         if data is not None:
-            body["data"] = p.wrap_blob(data)
-        self._link.send_message(p.Message("task.ask", body, ref=self.ref, to="queen"))
-        raise Suspend({"request": request, "position": pos, "name": "ask", "occurrence": occ})
+            wait["data"] = p.wrap_blob(data)
+        raise Suspend(wait)
 
     def call(self, capability: Any, payload: Any, options: dict[str, Any],
              caller: Callable[[str, str, dict[str, Any]], Future[dict[str, Any]]]
@@ -245,6 +247,16 @@ class Steps:
                 "options": {k: v for k, v in options.items() if v is not None},
                 "task": child_id(self.task_id, pos)}
         return pos, occ, name, None, caller(self.ref, child_id(self.task_id, pos), body)
+
+    def answered(self, pos: int, occ: int, name: str, child: str,
+                 reply: dict[str, Any]) -> Any:
+        """The queen's ``task.called`` for the call at ``pos``: the child's outcome
+        (recorded) if it ended; while it runs, the run suspends on it (its slot freed:
+        the queen runs the task again once the child ended)."""
+        final = reply.get("final")
+        if not isinstance(final, dict):
+            raise Suspend({"child": child, "position": pos})
+        return self.called(pos, occ, name, child, final)
 
     def called(self, pos: int, occ: int, name: str, child: str,
                final: dict[str, Any]) -> Any:
@@ -270,14 +282,5 @@ def replayed(rec: dict[str, Any]) -> Any:
     return p.unwrap_blob(rec.get("value"))
 
 
-def answered_call(reply: dict[str, Any]) -> dict[str, Any]:
-    """The final result body in a ``task.called``; a child still running suspends the
-    run (its slot freed: the queen runs the task again once the child ended)."""
-    final = reply.get("final")
-    if isinstance(final, dict):
-        return final
-    raise Suspend({"child": str(reply.get("child"))})
-
-
-__all__ = ["Diverged", "Link", "Steps", "Suspend", "answered_call", "diverged_body",
+__all__ = ["Diverged", "Link", "Steps", "Suspend", "diverged_body",
            "error_record", "raise_recorded", "replayed"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from meshant import protocol as p
-from meshant.actors.durable import Steps, answered_call, replayed
+from meshant.actors.durable import Steps, replayed
 from meshant.actors.failures import TRACEBACK_FRAMES, error_body, frames, own_failure
 from meshant.errors import AskTimeout, ConfigError, TaskCancelled
 
@@ -122,7 +122,7 @@ class TaskContext:
             from meshant.errors import Timeout
             raise Timeout(f"the queen did not answer the call of sub-task {name} of task "
                           f"{self.task_id}") from None
-        return st.called(pos, occ, name, _child_of(self.task_id, pos), answered_call(reply))
+        return st.answered(pos, occ, name, _child_of(self.task_id, pos), reply)
 
     async def call_async(self, capability: Any, payload: Any = None, *,
                          timeout: float | None = None, **options: Any) -> Any:
@@ -134,7 +134,7 @@ class TaskContext:
         assert fut is not None
         reply = await asyncio.wait_for(asyncio.wrap_future(fut), 30.0 if timeout is None
                                        else timeout)
-        return st.called(pos, occ, name, _child_of(self.task_id, pos), answered_call(reply))
+        return st.answered(pos, occ, name, _child_of(self.task_id, pos), reply)
 
     def _call_child(self, ref: str, child: str, body: dict[str, Any]
                     ) -> Future[dict[str, Any]]:

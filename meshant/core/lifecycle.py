@@ -59,6 +59,9 @@ TASK: dict[tuple[TaskState, TaskEvent], TaskState] = {
     (_T.ACCEPTED, _E.SUSPEND): _T.SUSPENDED,
     (_T.INPUT_REQUIRED, _E.SUSPEND): _T.SUSPENDED,
     (_T.SUSPENDED, _E.WAKE): _T.QUEUED,
+    # Back in its queue with its last record a sleep not over (its run died before it
+    # could say so): it sleeps the rest, on the queen's clock.
+    (_T.QUEUED, _E.SUSPEND): _T.SUSPENDED,
     (_T.SUSPENDED, _E.FAIL): _T.FAILED,  # its deadline passed while it waited
     (_T.SUSPENDED, _E.CANCEL): _T.CANCELLED,
     (_T.ACCEPTED, _E.ASK): _T.INPUT_REQUIRED,

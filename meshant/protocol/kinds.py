@@ -137,7 +137,7 @@ KINDS: tuple[Kind, ...] = (
          "id; numbered n with the run's updates)",
          (_f("position", int, True), _f("kind", str, True), _f("name", str, True),
           _f("occurrence", int, True), _f("value", _ANY), _f("error", dict), _f("child", str),
-          _f("until", _NUM), _f("request", str), _f("n", int))),
+          _f("until", _NUM), _f("request", str), _f("seconds", _NUM), _f("n", int))),
     Kind("task.steps", 71, "a re-run asks its task's recorded steps (forager → queen, ref = "
          "assign id); the queen answers with them",
          (_f("task", str), _f("steps", list), _f("total", int), _f("from", int))),

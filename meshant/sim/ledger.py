@@ -54,7 +54,7 @@ class Kept:
 # durability "process" may take back the last commits, and these with them. Everything
 # else holds under any fault.
 DURABLE = frozenset({"updates-kept", "attach-order", "attach-gapless", "live-order",
-                     "inbox-once"})
+                     "inbox-once", "same-records", "wake-once"})
 
 
 class Violation(Exception):
@@ -86,6 +86,16 @@ class Ledger:
         # Told of each outcome as it reaches its submitter (the colony checks what
         # follows from it: a cancel reaching the run).
         self.on_outcome: Callable[[str, dict[str, Any]], None] | None = None
+        # Durable agents: what each (task, step position) produced each time it ran;
+        # what replays of it were given; the children calls there found; the wakes a
+        # leading queen committed for each wait; the tasks a run replayed records of;
+        # and the positions of a task's records in the journal (the simulator's disk).
+        self.step_runs: dict[tuple[str, int], list[Any]] = {}
+        self.step_replays: dict[tuple[str, int], Any] = {}
+        self.children: dict[tuple[str, int], set[str]] = {}
+        self.wakes: dict[tuple[str, Any], int] = {}
+        self.replaying: set[str] = set()
+        self.journaled_steps: Callable[[str], set[int]] = lambda task: set()
 
     def fail(self, invariant: str, detail: str) -> None:
         if self.lossy and invariant in DURABLE:
@@ -111,6 +121,62 @@ class Ledger:
             self.fail("one-outcome", f"task {task} was given {len(got)} final outcomes: "
                       f"{[b.get('state', b.get('code')) for b in got]}")
         self._handler_failure(task, body)
+        self._diverged(task, body)
+
+    # -- durable agents -------------------------------------------------------------------
+
+    def step_ran(self, task: str, pos: int, journaled: set[int], value: Any) -> None:
+        """A run made the step at ``pos`` (a real call): never one the journal held when
+        the run started (it had the record to replay)."""
+        if pos in journaled:
+            self.fail("step-once", f"task {task}'s step {pos} ran again, though its record "
+                      "was in the journal when this run started")
+        self.step_runs.setdefault((task, pos), []).append(value)
+
+    def step_replayed(self, task: str, pos: int, value: Any) -> None:
+        """A run was given the record at ``pos``: every run the same value, one that a
+        run of the step produced."""
+        key = (task, pos)
+        seen = self.step_replays.setdefault(key, value)
+        if seen != value:
+            self.fail("same-records", f"task {task}'s step {pos} was replayed as {value!r}, "
+                      f"and as {seen!r} before")
+        made = self.step_runs.get(key)
+        if made is not None and value not in made:
+            self.fail("same-records", f"task {task}'s step {pos} was replayed as {value!r}, "
+                      f"which no run of it produced ({made!r})")
+
+    def child(self, task: str, pos: int, child: str) -> None:
+        """A call at ``pos`` of ``task`` found sub-task ``child``: one per position."""
+        got = self.children.setdefault((task, pos), set())
+        got.add(child)
+        if len(got) > 1:
+            self.fail("one-child", f"task {task}'s call at step {pos} found {len(got)} "
+                      f"sub-tasks: {sorted(got)}")
+
+    def woke(self, task: str, wait: dict[str, Any]) -> None:
+        """A leading queen committed a wake of ``task`` from ``wait``: once per wait."""
+        key = (task, wait.get("position"))
+        n = self.wakes[key] = self.wakes.get(key, 0) + 1
+        if n > 1:
+            self.fail("wake-once", f"task {task} was woken {n} times from its wait at step "
+                      f"{key[1]} ({wait})")
+
+    def _diverged(self, task: str, body: dict[str, Any]) -> None:
+        """A durable handler that changed (``diverge``) fails as not deterministic once a
+        run of it replays records; one that did not never does."""
+        sub = self.submissions.get(task)
+        payload = sub.payload if sub is not None and isinstance(sub.payload, dict) else {}
+        e = body.get("error")
+        err: dict[str, Any] = e if isinstance(e, dict) else {}
+        nondet = body.get("state") == "failed" and err.get("code") == "nondeterministic"
+        if nondet and not payload.get("diverge"):
+            self.fail("divergence", f"task {task} failed as not deterministic, though its "
+                      f"handler makes the same steps each run: {err.get('message')}")
+        if (payload.get("diverge") and task in self.replaying
+                and body.get("state") == "completed"):
+            self.fail("divergence", f"task {task}'s handler changed its steps, a run of it "
+                      "replayed records, and it completed")
 
     def _handler_failure(self, task: str, body: dict[str, Any]) -> None:
         """A handler's exception fails its task at once unless the handler or the

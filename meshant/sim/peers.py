@@ -4,17 +4,22 @@
 (:class:`~meshant.core.peers.link.PeerLink`), the actors' own, over the simulated
 network and clock: a peer here owns only its simulated connection and process. A
 forager's handlers are simulated: they take a while, stream partial results, ask
-questions, spawn graph nodes, fail when told to.
+questions, spawn graph nodes, fail when told to; a durable one makes its steps, sleeps,
+sub-task calls and durable asks through the actors' own
+:class:`~meshant.actors.durable.Steps`.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
+from meshant.actors.durable import Diverged, Steps, Suspend, diverged_body, error_record
+from meshant.actors.durable import replayed as replayed_step
 from meshant.core.memory.model import RESYNC, MemoryReplica
 from meshant.core.peers import client_session as cs_
 from meshant.core.peers import forager_session as fs_
@@ -24,6 +29,7 @@ from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.forager_session import ForagerSession
 from meshant.core.peers.link import FLUSH_MAX, Item, PeerLink, Role
 from meshant.sim.ledger import Kept, Ledger, Run, Submission
+from meshant.sim.queen import WALL
 from meshant.sim.world import Clock, Conn, Net, ProcessClock
 
 # Messages a peer may send again, so the queen may get them twice (late copies of these
@@ -355,6 +361,31 @@ class HandlerRun:
     waiting: str | None = None  # the question it waits on
     stopped: bool = False
     steps: list[str] = field(default_factory=list)
+    # A durable handler: its steps, its plan (what it does, in order), how far it got,
+    # the positions the journal held as it started, a call waiting for its answer.
+    durable: Steps | None = None
+    plan: list[list[Any]] = field(default_factory=list)
+    k: int = 0
+    journaled: set[int] = field(default_factory=set)
+    call: tuple[int, int, str] | None = None
+    reply: tuple[dict[str, Any], dict[str, Any] | None] | None = None
+    body: dict[str, Any] | None = None  # its end, when not the plain one
+
+
+class _StepLink:
+    """What a durable handler's steps send through: the forager session."""
+
+    __slots__ = ("forager",)
+
+    def __init__(self, forager: SimForager) -> None:
+        self.forager = forager
+
+    def send_message(self, msg: p.Message) -> None:
+        self.forager.fs.send(msg)
+
+    @property
+    def features(self) -> frozenset[str]:
+        return self.forager.sess.features
 
 
 class SimForager(SimPeer):
@@ -413,6 +444,10 @@ class SimForager(SimPeer):
     def observe(self, msg: p.Message) -> None:
         if msg.kind == "task.answer":
             request = str(msg.b.get("request"))
+            asker, durable, _ = request.rpartition(".s")
+            if durable and any(r.ref == msg.ref and r.task == asker
+                               for r in self.ledger.runs.values()):
+                return  # (a durable ask is named after its task and step)
             if not request.startswith(f"{msg.ref}.q"):  # (a request is named after its asker)
                 self.ledger.fail("answer-to-asker", f"{self.name}: the answer to {request} "
                                  f"was sent to assignment {msg.ref}")
@@ -435,10 +470,12 @@ class SimForager(SimPeer):
                         h.waiting = None
                         self.ledger.answers += 1
                         self._later(h, self.rng.uniform(0.0, 0.01), self._step)
-                case fs_.Reply(ref=ref):
+                case fs_.Reply(ref=ref, body=body, error=error):
                     for h in self.handlers.values():
                         if h.waiting == ref:
                             h.waiting = None
+                            if h.call is not None:
+                                h.reply = (body, error)
                             self._later(h, 0.001, self._step)
                 case fs_.Leave():
                     self.crash()
@@ -454,10 +491,105 @@ class SimForager(SimPeer):
                                     f"{self.queen}@{life.incarnation}",
                                     started=self.net.clock.now)
         h = HandlerRun(start, uid, steps=self._plan(start))
+        payload = start.payload if isinstance(start.payload, dict) else {}
+        if isinstance(payload.get("durable"), list):
+            self._durable(h, payload)
         self.handlers[start.ref] = h
         self.latest[start.ref] = uid
         self.log(f"{self.name} runs {start.ref} (run {uid})")
         self._later(h, self.rng.uniform(0.0, 0.01), self._step)
+
+    def _durable(self, h: HandlerRun, payload: dict[str, Any]) -> None:
+        """A durable handler: its plan, and the real steps (replaying the records the
+        assignment brought)."""
+        task = h.start.task_id
+        recorded = h.start.steps or []
+        st = h.durable = Steps(_StepLink(self), h.start.ref, task, recorded,
+                               wall=lambda: WALL + self.clock.skew + self.net.clock.now)
+        h.plan = [list(x) for x in payload["durable"]]
+        if recorded:
+            self.ledger.replaying.add(task)
+            if payload.get("diverge"):
+                h.plan[0] = ["step", "changed"]  # (the handler as edited since)
+        h.journaled = self.ledger.journaled_steps(task)
+        ledger = self.ledger
+
+        def watch(pos: int, kind: str, name: str, occ: int, rec: Any) -> None:
+            if isinstance(rec, dict) and kind == "step" and "error" not in rec:
+                ledger.step_replayed(task, pos, rec.get("value"))
+        st.watch = watch
+
+    def _durable_step(self, h: HandlerRun) -> None:
+        """The durable handler's next step (a Suspend or a divergence ends the run)."""
+        st = h.durable
+        assert st is not None
+        task = h.start.task_id
+        if h.k >= len(h.plan) and h.call is None:
+            self._finish(h)
+            return
+        try:
+            if h.call is not None:
+                if h.reply is None:
+                    return  # (its answer is not here yet)
+                (pos, occ, name), (body, error) = h.call, h.reply
+                h.call = h.reply = None
+                if error is not None:
+                    h.body = {"status": "error", "error": {
+                        "type": "Refused", "message": str(error.get("message"))}}
+                    self._finish(h)
+                    return
+                self.ledger.child(task, pos, str(body.get("child")))
+                try:
+                    st.answered(pos, occ, name, str(body.get("child")), body)
+                except (Suspend, Diverged):
+                    raise
+                except Exception:
+                    pass  # (the sub-task failed: this handler goes on)
+            else:
+                item = h.plan[h.k]
+                h.k += 1
+                if item[0] == "step":
+                    def call() -> dict[str, Any]:
+                        pos = st.replay.position - 1
+                        value = {"run": h.uid, "pos": pos}
+                        self.ledger.step_ran(task, pos, h.journaled, value)
+                        return value
+                    st.step(str(item[1]), call, (), {})
+                elif item[0] == "sleep":
+                    st.sleep(float(item[1]))
+                elif item[0] == "ask":
+                    st.ask("go on?", None)
+                elif item[0] == "call":
+                    pos, occ, name, rec, _ = st.call("echo", {"n": 900 + h.k}, {},
+                                                     lambda ref, child, body: self._call(
+                                                         h, body))
+                    if rec is not None:
+                        try:
+                            replayed_step(rec)
+                        except Exception:
+                            pass
+                    else:
+                        h.call = (pos, occ, name)
+                        return
+        except Suspend as s:
+            h.body = {"status": "suspended", "wait": s.wait}
+            self._finish(h)
+            return
+        except Diverged as d:
+            h.body = diverged_body(d)
+            self._finish(h)
+            return
+        except Exception as e:
+            h.body = {"status": "error", "error": error_record(e)}
+            self._finish(h)
+            return
+        self._later(h, self.rng.uniform(0.001, 0.05), self._step)
+
+    def _call(self, h: HandlerRun, body: dict[str, Any]) -> Future[dict[str, Any]]:
+        msg = p.Message("task.call", body, ref=h.start.ref, to="queen")
+        h.waiting = msg.id
+        self.fs.send(msg)
+        return Future()  # (its answer comes as a Reply: see do)
 
     def _plan(self, start: fs_.Start) -> list[str]:
         payload = start.payload if isinstance(start.payload, dict) else {}
@@ -482,6 +614,9 @@ class SimForager(SimPeer):
 
     def _step(self, h: HandlerRun) -> None:
         if h.waiting is not None:
+            return
+        if h.durable is not None and not h.stopped:
+            self._durable_step(h)
             return
         if h.stopped or not h.steps:
             self._finish(h)
@@ -546,8 +681,10 @@ class SimForager(SimPeer):
         del self.handlers[h.start.ref]
         self.ledger.runs[h.uid].ended = self.net.clock.now
         payload = h.start.payload if isinstance(h.start.payload, dict) else {}
-        if payload.get("fail"):
-            body: dict[str, Any] = {"status": "error", "error": {"type": "SimError",
+        if h.body is not None and not h.stopped:
+            body: dict[str, Any] = h.body
+        elif payload.get("fail"):
+            body = {"status": "error", "error": {"type": "SimError",
                                                                  "message": "told to fail"}}
             if payload.get("retry"):  # the handler's own retry_on
                 body["error"]["retry"] = True
@@ -718,6 +855,13 @@ class SimClient(SimPeer):
                             k.receipts.append(str(msg.b.get("status")))
                 case _:
                     pass
+
+    def answer_now(self, task_id: str, request: str) -> None:
+        """Answer a question a person saw waiting (in status, the dashboard)."""
+        if self.alive:
+            self.cs.request(p.Message("task.answer", {"task": task_id, "request": request,
+                                                      "value": "yes"}, to="queen"))
+            self.pump()
 
     def _answer_later(self, task_id: str, body: dict[str, Any]) -> None:
         gen = self.gen

@@ -24,7 +24,7 @@ from meshant.core.queen.carry import carry_out
 from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
-from meshant.core.tasks.model import QUEUED, Task, graph_node_of, is_graph_node
+from meshant.core.tasks.model import QUEUED, SUSPENDED, Task, graph_node_of, is_graph_node
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
@@ -131,6 +131,7 @@ class SimQueen:
         self._given = journal
         self._lease_asked = 0  # the life whose lease round is in flight (0: none)
         self._marks: dict[tuple[str, Any], int] = {}
+        self._woken: list[tuple[str, dict[str, Any]]] = []  # this turn's wakes
         self._restored_n: dict[tuple[str, Any], int] = {}
 
     @property
@@ -260,7 +261,26 @@ class SimQueen:
         if restore:
             self.ledger.restored[self.life] = {
                 (att.task.id, att.number) for att in core.scheduler.held.values()}
+        self._watch_wakes(core)
         return core
+
+    def _watch_wakes(self, core: QueenCore) -> None:
+        """A suspended task wakes never before its time (on this queen's wall clock);
+        the wakes a turn made count once the turn is carried out (see ``_turn``)."""
+        sched = core.scheduler
+        wake = sched.wake
+        self._woken = []
+
+        def watched(task: Task, now: float, why: str) -> None:
+            w = task.wake
+            if task.state == SUSPENDED and w is not None:
+                until = w.get("until")
+                if isinstance(until, int | float) and now + sched.to_wall < until - 1e-6:
+                    self.ledger.fail("wake-on-time", f"{self.life} woke task {task.id} at "
+                                     f"{now + sched.to_wall:.3f}, before {until:.3f} ({why})")
+                self._woken.append((task.id, dict(w)))
+            wake(task, now, why)
+        setattr(sched, "wake", watched)  # noqa: B010  (the simulator's probe, on one core)
 
     def _hint(self) -> dict[str, Any]:
         store = self.store
@@ -399,8 +419,12 @@ class SimQueen:
         self._check_bounds(core)
         self._check_updates(core)
         self._carry_out(core, actions)
+        woken, self._woken = self._woken, []
         if self.core is core and self.up:
             self._check_kept(core)
+            if self.leading:
+                for task_id, w in woken:
+                    self.ledger.woke(task_id, w)
 
     def _check_updates(self, core: QueenCore) -> None:
         """An attempt's progress reports and partial results are taken in the order its

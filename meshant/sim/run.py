@@ -149,7 +149,17 @@ class Colony:
             shape.random() < profile.mailbox) else []
         self.faults = self._faults(disabled)
         self.ledger.on_outcome = self._outcome
+        self.ledger.journaled_steps = self._journaled_steps
         self.log(weather.describe())
+
+    def _journaled_steps(self, task: str) -> set[int]:
+        """The step positions of ``task`` the journal (the disk) holds now."""
+        try:
+            rows = self.disk.execute("SELECT position FROM task_steps WHERE task_id=?",
+                                     (task,)).fetchall()
+        except sqlite3.Error:
+            return set()  # (no journal made yet)
+        return {int(r[0]) for r in rows}
 
     def stream(self, name: str) -> random.Random:
         """The random stream ``name`` of this seed (each concern draws from its own)."""
@@ -236,6 +246,7 @@ class Colony:
 
         for i in range(n_tasks):
             clock.at(rng.uniform(0.2, LOAD), functools.partial(submit, i))
+        self._durable_work()
         for _ in range(rng.randint(0, 3)):  # cancels of earlier submissions
             def cancel() -> None:
                 if submitted:
@@ -264,6 +275,51 @@ class Colony:
             for i in range(rng.randint(1, 3)):
                 clock.at(rng.uniform(0.3, LOAD),
                          functools.partial(self.clients[0].broadcast, "news", i))
+
+    def _durable_work(self) -> None:
+        """Durable agents (from a stream of their own, so the rest of the workload is
+        the same with or without them): plans of steps, sleeps, sub-task calls and
+        durable asks; some handlers changed since their task began (``diverge``)."""
+        rng = self.stream("durable")
+        if rng.random() >= self.profile.durable:
+            return
+        asks = rng.random() < self.profile.asks
+        for i in range(rng.randint(1, 8)):
+            plan: list[list[Any]] = [["step", "plan"]]
+            for _ in range(rng.randint(1, 6)):
+                kind = rng.choice(("step", "step", "step", "sleep", "call", "ask"))
+                if kind == "step":
+                    plan.append(["step", rng.choice(("llm", "tool"))])
+                elif kind == "sleep":
+                    plan.append(["sleep", rng.choice((0.0, 0.05, 0.5, 2.0))])
+                elif kind == "call":
+                    plan.append(["call"])
+                elif asks:
+                    plan.append(["ask"])
+            payload = {"n": 10_000 + i, "durable": plan, "diverge": rng.random() < 0.15}
+            c = rng.choice(self.clients)
+
+            def submit(c: SimClient = c, payload: dict[str, Any] = payload, i: int = i) -> None:
+                if c.alive:
+                    c.submit("echo", payload, id=f"{self.seed:x}-d{i}")
+            self.clock.at(rng.uniform(0.2, LOAD), submit)
+        self.clock.at(LOAD, self._look_for_questions)
+
+    def _look_for_questions(self) -> None:
+        """A person now and then looks at what the colony waits for (``meshant task``,
+        the dashboard) and answers a durable question whose live update they missed
+        (sent to a connection that was gone)."""
+        clients = {c.name: c for c in self.clients}
+        for q in self.queens:
+            if q.core is None or not q.leading:
+                continue
+            for task in list(q.core.scheduler.tasks.values()):
+                w = task.wake
+                c = clients.get(task.client_name)
+                if w is not None and isinstance(w.get("request"), str) and c is not None:
+                    c.answer_now(task.id, w["request"])
+        if self.clock.now < END - SETTLE:
+            self.clock.after(3.0, self._look_for_questions)
 
     def _tell(self, name: str) -> None:
         self.rng.choice(self.clients).tell(name, "hello")

@@ -40,6 +40,7 @@ class Profile:
     attaches: float = 0.5  # a run where another client follows tasks
     swarm: bool = True
     big: float = 0.05  # a run of hundreds of tasks
+    durable: float = 0.4  # a run with durable agents (steps, sleeps, sub-tasks, asks)
 
     def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: Any) -> Profile:
         """This profile with only these faults, at least ``faults[0]`` of them."""
@@ -65,6 +66,9 @@ PROFILES: dict[str, Profile] = {
     "graphs": DEFAULT.only("kill-queen", "crash-at-commit", "kill-forager",
                            "late-duplicate", faults=(1, 5), graphs=1.0),
     "big": dataclasses.replace(DEFAULT, big=1.0, faults=(0, 4)),
+    "durable": DEFAULT.only("kill-forager", "pause-forager", "kill-queen", "crash-mid-turn",
+                            "crash-at-commit", "pause-queen", "partition", faults=(1, 6),
+                            durable=1.0, asks=1.0),
     "calm": dataclasses.replace(DEFAULT, swarm=False),
 }
 

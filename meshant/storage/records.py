@@ -131,7 +131,9 @@ class TaskLog:
                 ts = round(mono + to_wall, 6)
                 prev = chain(prev, t.id, seq, ts, state, why)
                 b.events.append((t.id, seq, ts, state, why, prev))
-            t.logged = max(len(t.history), 1)
+            # (at least 1 once its row is in: "not written yet" is logged 0 and not
+            # restored; a restored task's own entries start from none)
+            t.logged = len(t.history) if t.restored else max(len(t.history), 1)
             if t.final is not None:
                 last.pop(t.id, None)
             else:

@@ -63,12 +63,28 @@ class ConversationService:
             self._restore(restored)
 
     def _suspended(self, task: Task, now: float) -> None:
-        """A task suspends on a durable ask: answered already (the answer came while its
-        run was ending), it is recorded and the task wakes now."""
+        """A task suspends on a durable ask: the question comes with the suspension (one
+        message: a queen that takes one takes the other), asked now unless known (a
+        re-run asking it again). Answered already, it is recorded and the task wakes."""
         wake = task.wake or {}
         request = wake.get("request")
-        q = self.questions.get(task.id, request) if isinstance(request, str) else None
-        if q is None or not q.answered:
+        if not isinstance(request, str):
+            return
+        prompt, data = wake.pop("prompt", None), wake.pop("data", None)
+        q = self.questions.get(task.id, request)
+        if q is None:
+            q = Question(task=task.id, request=request, attempt="", prompt=prompt, data=data,
+                         asked=self.state.wall(now))
+            self.questions.add(q)
+            self._remember(questions=[q.row()])
+            body: dict[str, Any] = {"request": request, "prompt": prompt}
+            if data is not None:
+                body["data"] = data
+            self.scheduler.note(task, now, "asked", f"{request}: "
+                                f"{prompt[:PROMPT_NOTE] if isinstance(prompt, str) else '(input)'}")
+            self.scheduler.deliver(task, "task.ask", body)
+            return
+        if not q.answered:
             return
         record = {"position": wake["position"], "kind": "ask", "name": wake["name"],
                   "occurrence": wake["occurrence"], "request": q.request, "value": q.answer}

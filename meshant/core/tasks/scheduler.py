@@ -74,7 +74,7 @@ COUNTERS = ("submitted", "completed", "failed", "cancelled", "reissued", "reject
             "woken", "steps")
 # What of a task.step body is its record.
 _RECORD = ("position", "kind", "name", "occurrence", "value", "error", "child", "until",
-           "request")
+           "request", "seconds")
 
 
 def _waiting_for(w: dict[str, Any]) -> str:
@@ -224,6 +224,15 @@ class Scheduler:
             self.changed[task.id] = task
 
     def _enqueue(self, task: Task, now: float | None = None, delay: float = 0.0) -> None:
+        if now is not None and task.steps:
+            w = self._sleeping(task, now)
+            if w is not None:
+                # Its run recorded a sleep and died before suspending: the task sleeps
+                # the rest of it (never woken early by a re-run).
+                task.wake = w
+                self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
+                self._arm_wake(task, now)
+                return
         self.queued += 1
         if delay > 0 and now is not None:
             # Counted as queued from now; it joins its queue when the backoff ends.
@@ -530,6 +539,11 @@ class Scheduler:
         if body["position"] < len(steps):
             return None  # recorded by an earlier run: the same step, already kept
         rec = {k: body[k] for k in _RECORD if k in body}
+        seconds = rec.get("seconds")
+        if rec["kind"] == "sleep" and isinstance(seconds, int | float):
+            # A sleep ends on this queen's wall clock (the journal's), whatever the
+            # forager's says: a re-run on another machine, or after a failover, keeps it.
+            rec["until"] = now + self.to_wall + max(0.0, float(seconds))
         size = size_of(rec)
         if task.steps_bytes + size > STEPS_BYTES:
             self._fail(task, now, Code.TOO_LARGE, f"task {task.id}'s recorded steps would "
@@ -545,6 +559,16 @@ class Scheduler:
         self.journal_now(task)
         return rec
 
+    def _sleeping(self, task: Task, now: float) -> dict[str, Any] | None:
+        """The sleep a task's last record says it is in, if not over on this queen's
+        wall clock."""
+        last = task.steps[-1] if task.steps else None
+        until = last.get("until") if last is not None else None
+        if (last is not None and last.get("kind") == "sleep"
+                and isinstance(until, int | float) and until > now + self.to_wall):
+            return {"until": until, "position": last["position"]}
+        return None
+
     def _suspend(self, att: Attempt, wait: Any, now: float) -> None:
         """The attempt's handler waits durably: the attempt ends (its slot is free) and
         the task waits for ``wait`` — ``until`` a wall-clock time, an answer to
@@ -553,6 +577,11 @@ class Scheduler:
         self._abandon(task, now, cancel=False, event=AttemptEvent.FINISH)
         self.breakers.settled(att.node.name, task.capability)
         w = dict(wait) if isinstance(wait, dict) else {}
+        pos = w.get("position")
+        steps = task.steps or []
+        if "until" in w and pos.__class__ is int and 0 <= pos < len(steps) and isinstance(
+                steps[pos].get("until"), int | float):
+            w["until"] = steps[pos]["until"]  # (the sleep's end as its record has it)
         task.wake = w
         self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
         self.counters["suspended"] += 1
@@ -567,6 +596,11 @@ class Scheduler:
         if isinstance(until, int | float):
             # Never early: the wall-clock time on this queen's monotonic clock.
             self.timers.set(max(now, until - self.to_wall), task, "wake")
+        pos = w.get("position")
+        if "request" in w and pos.__class__ is int and len(task.steps or ()) > pos:
+            # Its answer was recorded (its wake did not reach the journal before a crash).
+            self.wake(task, now, f"answer to {w['request']} (recorded)")
+            return
         child = w.get("child")
         if isinstance(child, str) and child not in self.tasks:
             # It ended already (or never was: the re-run calls it again, and learns so).
@@ -670,7 +704,7 @@ class Scheduler:
     def journal_now(self, task: Task) -> None:
         """A task whose first journal write waited (core/journal/defer.py) is written in
         this turn's record: an acknowledgement is about to promise it durable."""
-        if task.logged == 0 and self.track_changes:
+        if task.logged == 0 and not task.restored and self.track_changes:
             task.defer = False
             self.changed[task.id] = task
 
