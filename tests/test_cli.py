@@ -178,7 +178,8 @@ def test_embedded_forager_example(procs: Procs) -> None:
         assert c.run("word_count", "a b c", result_timeout=10) == {"words": 3}
 
 
-@pytest.mark.parametrize("name", ["streaming_agent.py", "async_client.py", "planner_graph.py"])
+@pytest.mark.parametrize("name", ["streaming_agent.py", "async_client.py", "planner_graph.py",
+                                  "durable_agent.py"])
 def test_self_contained_examples(name: str) -> None:
     r = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True,
                        text=True, timeout=60)

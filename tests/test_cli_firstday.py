@@ -308,6 +308,7 @@ BAD_EXAMPLE_RUNS = [
     ("legacy_forager.py", ["a", "b", "c"]),
     ("planner_graph.py", ["tcp://127.0.0.1:5670"]),
     ("streaming_agent.py", ["tcp://127.0.0.1:5670"]),
+    ("durable_agent.py", ["tcp://127.0.0.1:5670"]),
 ]
 
 
