@@ -23,9 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
+import msgpack
+
 from meshant import protocol as p
 from meshant.actors.capability import AsyncCapability, BatchCapability, Capability
-from meshant.actors.durable import Diverged, Suspend
+from meshant.actors.durable import Diverged, Suspend, blob_bytes
 from meshant.actors.handlers import TaskContext, positional_args
 from meshant.errors import AskTimeout, ConfigError, NonDeterministic, TaskCancelled
 
@@ -148,8 +150,10 @@ class _Recorder:
                 ctx.answered(b["request"], answer)
                 self.run._answers[b["request"]] = answer  # (a durable ask's: recorded)
         elif msg.kind == "task.step":
-            self.run.steps.append({k: p.unwrap_blob(v) if k == "value" else v
-                                   for k, v in b.items()})
+            # As the journal keeps it (a tuple comes back a list), its number dropped.
+            rec = msgpack.unpackb(msgpack.packb({k: v for k, v in b.items() if k != "n"},
+                                                default=blob_bytes), raw=False)
+            self.run.steps.append(rec)
         elif msg.kind == "graph.spawn":
             self.run.spawns.extend({**n, "payload": p.unwrap_blob(n.get("payload"))}
                                    for n in b.get("nodes", []))
@@ -169,7 +173,7 @@ class _Recorder:
 def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
              attempt: int, task_id: str, capability: str | None,
              timeout: float | None, steps: list[dict[str, Any]] | None = None,
-             children: dict[str, Any] | None = None
+             children: dict[str, Any] | None = None, durable: bool | None = None
              ) -> tuple[Run[Any], Callable[[], Any], bool]:
     if isinstance(answers, str | bytes):
         raise ConfigError("answers is a list of answers (or a function of the prompt and "
@@ -188,6 +192,7 @@ def _prepare(handler: Any, payload: Any, answers: Any, cancel_after: int | None,
     ctx = TaskContext(rec, f"{task_id}.{attempt}", task_id, attempt, capability or name,
                       deadline)
     rec.ctx = ctx
+    ctx._durable = bool(getattr(handler, "durable", False)) if durable is None else durable
     if steps is not None:
         if not isinstance(steps, list) or not all(isinstance(r, dict) for r in steps):
             raise ConfigError("steps is a list of step records (maps, as a Run's steps or "
@@ -262,6 +267,7 @@ class Script(TypedDict, total=False):
     timeout: float | None
     steps: list[dict[str, Any]] | None
     children: dict[str, Any] | None
+    durable: bool | None
 
 
 @overload
@@ -279,7 +285,8 @@ def run_handler(handler: Any, payload: Any = None, *,
                 cancel_after: int | None = None, attempt: int = 1,
                 task_id: str = "test-task", capability: str | None = None,
                 timeout: float | None = None, steps: list[dict[str, Any]] | None = None,
-                children: dict[str, Any] | None = None) -> Run[Any]:
+                children: dict[str, Any] | None = None, durable: bool | None = None
+                ) -> Run[Any]:
     """Run ``handler`` (a function, or what ``@forager.task`` returned) on ``payload`` as
     a forager would, and return the :class:`Run`: its ``result`` or ``error``, and what
     it reported meanwhile. Nothing touches a network.
@@ -298,10 +305,11 @@ def run_handler(handler: Any, payload: Any = None, *,
     would (``run.replayed``), records what it does past them (``run.steps``), and a
     wait it reaches (``ctx.sleep``, a durable ``ctx.ask``) ends it with
     ``run.suspended`` set. ``children``: what ``ctx.call`` gets, by capability (a
-    function of the payload, or a value).
+    function of the payload, or a value). ``durable``: its ``ctx.ask`` questions are
+    durable (default: as ``@forager.task(..., durable=True)`` registered it).
     """
     run, call, is_async = _prepare(handler, payload, answers, cancel_after, attempt, task_id,
-                                   capability, timeout, steps, children)
+                                   capability, timeout, steps, children, durable)
     if is_async:
         try:
             asyncio.get_running_loop()
@@ -331,11 +339,12 @@ async def run_handler_async(handler: Any, payload: Any = None, *,
                             task_id: str = "test-task", capability: str | None = None,
                             timeout: float | None = None,
                             steps: list[dict[str, Any]] | None = None,
-                            children: dict[str, Any] | None = None) -> Run[Any]:
+                            children: dict[str, Any] | None = None,
+                            durable: bool | None = None) -> Run[Any]:
     """:func:`run_handler` from a coroutine: an ``async def`` handler runs on the caller's
     loop, a plain one in a thread."""
     run, call, is_async = _prepare(handler, payload, answers, cancel_after, attempt, task_id,
-                                   capability, timeout, steps, children)
+                                   capability, timeout, steps, children, durable)
     with _recording(run) as result:
         result.append(await call() if is_async else await asyncio.to_thread(call))
     return run

@@ -293,3 +293,122 @@ def test_meshant_replay_shows_each_step_and_stops_at_a_divergence(
     assert out["steps"][1] == {"position": 1, "recorded": "step 'model' #2",
                                "replayed": "step 'llm' #1", "same": False, "outcome": ""}
     assert log.read_text() == ran
+
+
+def test_a_divergence_fails_at_once_as_nondeterministic_whatever_retry_on(
+        colony: Colony) -> None:
+    from meshant.errors import NonDeterministic as ND
+    colony.start_queen()
+    runs: list[int] = []
+
+    def changing(_: Any, ctx: TaskContext) -> Any:
+        runs.append(ctx.attempt)
+        ctx.step("first" if ctx.attempt == 1 else "renamed", lambda: 1)
+        if ctx.attempt == 1:
+            raise ConnectionError("retry me")
+        return "done"
+    f = colony.forager(start=False)
+    f.add_handler("changing", changing, retry_on=ConnectionError)
+    f.start(timeout=10)
+    c = colony.client()
+    with pytest.raises(ND, match="step 0 was recorded as step 'first'"):
+        c.run("changing", None, timeout=20, retry_on=["*"])
+    assert runs == [1, 2]  # the divergent run was not retried
+
+
+def test_a_failed_sub_task_raises_alike_first_and_on_replay() -> None:
+    def bad(x: Any) -> Any:
+        raise ValueError("no")
+
+    def parent(_: Any, ctx: TaskContext) -> Any:
+        try:
+            ctx.call("child", 1)
+        except TaskFailed as e:
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+    first = run_handler(parent, children={"child": bad})
+    again = run_handler(parent, steps=first.steps)
+    assert first.result == again.result == "TaskFailed: ValueError: no"
+
+
+def test_a_step_raising_what_retry_on_names_is_not_recorded_and_runs_again(
+        colony: Colony) -> None:
+    colony.start_queen()
+    calls: list[int] = []
+
+    def flaky_tool(attempt: int) -> str:
+        calls.append(attempt)
+        if attempt == 1:
+            raise ConnectionError("the tool is down")
+        return "up"
+
+    def agent(_: Any, ctx: TaskContext) -> Any:
+        return ctx.step("tool", flaky_tool, ctx.attempt)
+    f = colony.forager(start=False)
+    f.add_handler("agent", agent, retry_on=ConnectionError)
+    f.start(timeout=10)
+    assert colony.client().run("agent", None, timeout=20) == "up"
+    assert calls == [1, 2]
+
+
+def test_meshants_own_errors_replay_as_their_class() -> None:
+    from meshant.errors import QueueFull
+
+    def full() -> None:
+        raise QueueFull("the queue is full")
+
+    def agent(_: Any, ctx: TaskContext) -> Any:
+        try:
+            ctx.step("submit", full)
+        except QueueFull as e:
+            return e.code
+        return "none"
+    first = run_handler(agent)
+    assert first.result == run_handler(agent, steps=first.steps).result == "queue-full"
+
+
+def test_a_task_past_the_step_limit_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshant.actors import durable
+    from meshant.errors import TooLarge
+    monkeypatch.setattr(durable, "STEPS_MAX", 5)
+
+    def looping(_: Any, ctx: TaskContext) -> Any:
+        for i in range(10):
+            ctx.step("s", lambda i=i: i)
+    run = run_handler(looping)
+    assert isinstance(run.error, TooLarge) and "at most 5 steps" in str(run.error)
+    assert len(run.steps) == 5
+
+
+def test_run_handler_takes_durable_from_the_registration() -> None:
+    from meshant import Forager
+    f = Forager("tcp://127.0.0.1:1")
+
+    @f.task("approve", durable=True)
+    def approve(x: Any, ctx: TaskContext) -> Any:
+        return ctx.ask("ok?")
+    run = run_handler(approve, 1, answers=["yes"])
+    assert run.suspended is not None and run.suspended["request"] == "test-task.s0"
+    assert run_handler(approve, 1, steps=run.steps).result == "yes"
+    assert run_handler(approve, 1, answers=["yes"], durable=False).result == "yes"
+    tup = run_handler(lambda _, ctx: ctx.step("t", lambda: (1, 2)))
+    assert tup.result == [1, 2] and tup.steps[0]["value"] == [1, 2]
+
+
+def test_a_graph_node_calls_a_typed_sub_task(colony: Colony) -> None:
+    from meshant import Forager
+    colony.start_queen()
+    f = Forager(colony.endpoint, context=colony.ctx, slots=1)
+    colony.foragers.append(f)
+
+    @f.task("shout")
+    def shout(text: str) -> str:
+        return text.upper()
+
+    @f.task("node")
+    def node(text: str, ctx: TaskContext) -> str:
+        return ctx.call(shout, text) + "!"
+    f.start(timeout=10)
+    c = colony.client()
+    out = c.submit_graph({"a": {"capability": "node", "payload": "hi"}}).result(20)
+    assert out["a"] == "HI!"

@@ -32,6 +32,7 @@ class Capability(Generic[P, R_co]):
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
+        self.durable = False  # its questions are durable (@forager.task(durable=True))
         self.fn = fn
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]  # (its name, doc, module)
 
@@ -64,11 +65,13 @@ class BatchCapability(Capability[[T], R_co]):
 class Register:
     """What ``@forager.task(name)`` applies to a plain or ``async def`` handler."""
 
-    __slots__ = ("_add", "name")
+    __slots__ = ("_add", "durable", "name")
 
-    def __init__(self, name: str, add: Callable[[Callable[..., Any]], None]) -> None:
+    def __init__(self, name: str, add: Callable[[Callable[..., Any]], None],
+                 durable: bool = False) -> None:
         self.name = name
         self._add = add
+        self.durable = durable
 
     @overload
     def __call__(  # type: ignore[overload-overlap]
@@ -79,9 +82,11 @@ class Register:
 
     def __call__(self, fn: Callable[P, Any]) -> Capability[P, Any]:
         self._add(fn)
-        if inspect.iscoroutinefunction(fn):
-            return AsyncCapability(self.name, fn)
-        return SyncCapability(self.name, fn)
+        cap: Capability[P, Any] = (AsyncCapability(self.name, fn)
+                                   if inspect.iscoroutinefunction(fn)
+                                   else SyncCapability(self.name, fn))
+        cap.durable = self.durable
+        return cap
 
 
 class BatchRegister:

@@ -22,9 +22,18 @@ import msgpack
 
 from meshant import protocol as p
 from meshant.actors.failures import error_body
-from meshant.core.tasks.steps import INLINE_BYTES, NAME_MAX, Divergence, Replay, child_id
+from meshant.core.tasks.steps import (
+    INLINE_BYTES,
+    NAME_MAX,
+    STEPS_BYTES,
+    STEPS_MAX,
+    Divergence,
+    Replay,
+    child_id,
+)
 from meshant.errors import (
     ConfigError,
+    MeshantError,
     StepFailed,
     TooLarge,
     from_error_body,
@@ -70,11 +79,11 @@ class Link(Protocol):
 def _plain(value: Any) -> tuple[Any, int]:
     """``value`` as the journal will give it back (a tuple becomes a list, a Blob its
     bytes), and its size; raises TypeError/ValueError if msgpack cannot carry it."""
-    packed = msgpack.packb(value, default=_bytes_of)
+    packed = msgpack.packb(value, default=blob_bytes)
     return msgpack.unpackb(packed, raw=False, strict_map_key=False), len(packed)
 
 
-def _bytes_of(value: Any) -> Any:
+def blob_bytes(value: Any) -> Any:
     data = getattr(value, "data", None)
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
@@ -85,6 +94,8 @@ def error_record(e: BaseException) -> dict[str, Any]:
     """What a step's exception leaves in its record: type, message, traceback."""
     err: dict[str, Any] = error_body(e)["error"]
     err.pop("retry", None)
+    if isinstance(e, MeshantError) and e.code != Code.ERROR:
+        err["code"] = e.code  # (raised again as its class: QueueFull, Timeout...)
     if e.args and all(isinstance(a, str | int | float | bool) for a in e.args):
         err["args"] = list(e.args)  # (a built-in raised again as it was: KeyError('k'))
     return err
@@ -95,6 +106,8 @@ def raise_recorded(err: dict[str, Any]) -> None:
     ``except ValueError`` in the handler works on the replay as on the first run), a
     meshant error as its class, any other as :class:`~meshant.errors.StepFailed`."""
     name, message = str(err.get("type", "")), str(err.get("message", ""))
+    if "code" in err and err.get("code") != Code.HANDLER_ERROR:
+        raise from_error_body(err)
     cls = getattr(builtins, name, None)
     if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
         args = err.get("args")
@@ -104,15 +117,13 @@ def raise_recorded(err: dict[str, Any]) -> None:
             e = None
         if e is not None:
             raise e
-    if "code" in err and err.get("code") != Code.HANDLER_ERROR:
-        raise from_error_body(err)
     raise StepFailed(message, remote_type=name, traceback=err.get("traceback"))
 
 
 class Steps:
     """One run's durable steps (on its handler's thread or loop)."""
 
-    __slots__ = ("_link", "ref", "replay", "task_id", "wall", "watch")
+    __slots__ = ("_link", "bytes", "ref", "replay", "retry_on", "task_id", "wall", "watch")
 
     def __init__(self, link: Link, ref: str, task_id: str,
                  recorded: list[dict[str, Any]] | None,
@@ -127,6 +138,10 @@ class Steps:
         # kind, name, occurrence and what the record holds there (None: nothing).
         self.watch: Callable[[int, str, str, int, dict[str, Any] | Divergence | None],
                              None] | None = None
+        # Exceptions the handler's retry_on names: a step raising one is not recorded
+        # (the retry runs it again, as Temporal retries an activity).
+        self.retry_on: tuple[type[BaseException], ...] = ()
+        self.bytes = 0  # of the records this run made
 
     @property
     def durable(self) -> bool:
@@ -157,12 +172,18 @@ class Steps:
             raise ConfigError(f"step {name!r} returned a value the journal cannot record "
                               f"({e}): return JSON-like data (dict, list, str, number, "
                               "bytes)") from None
+        if pos >= STEPS_MAX or self.bytes + size > STEPS_BYTES:
+            raise TooLarge(f"task {self.task_id} records at most {STEPS_MAX:,} steps and "
+                           f"{STEPS_BYTES:,} bytes of them: a loop of steps this long "
+                           "belongs in sub-tasks (ctx.call) or a fresh task",
+                           code=Code.TOO_LARGE)
         if size > INLINE_BYTES:
             raise TooLarge(f"step {name!r}'s record is {size:,} bytes, over {INLINE_BYTES:,}: "
                            "keep large values out of step results (colony memory, a blob "
                            "store) and return a reference", code=Code.TOO_LARGE)
         if self.durable:
             self._link.send_message(p.Message("task.step", rec, ref=self.ref, to="queen"))
+        self.bytes += size
         self.replay.recorded(plain)
         return p.unwrap_blob(plain.get("value"))
 
@@ -176,9 +197,14 @@ class Steps:
         try:
             value = fn(*args, **kwargs)
         except Exception as e:
-            self.record(pos, "step", name, occ, error=error_record(e))
+            self._failed(pos, name, occ, e)
             raise
         return self.record(pos, "step", name, occ, value=value)
+
+    def _failed(self, pos: int, name: str, occ: int, e: Exception) -> None:
+        if self.retry_on and isinstance(e, self.retry_on):
+            return  # (not recorded: the retry runs the step again)
+        self.record(pos, "step", name, occ, error=error_record(e))
 
     async def step_async(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
@@ -190,7 +216,7 @@ class Steps:
             if isinstance(value, Awaitable):
                 value = await value
         except Exception as e:
-            self.record(pos, "step", name, occ, error=error_record(e))
+            self._failed(pos, name, occ, e)
             raise
         return self.record(pos, "step", name, occ, value=value)
 
@@ -276,8 +302,11 @@ class Steps:
 
 
 def replayed(rec: dict[str, Any]) -> Any:
-    """A recorded step's outcome: its value, or its exception raised again."""
+    """A recorded step's outcome: its value, or its exception raised again (a sub-task's
+    failure as ``client.run`` raises it, on every run alike)."""
     if "error" in rec:
+        if rec.get("kind") == "call":
+            raise from_error_body(rec["error"])
         raise_recorded(rec["error"])
     return p.unwrap_blob(rec.get("value"))
 

@@ -172,7 +172,8 @@ class Forager(Peer):
             self.add_handler(capability, fn, batch=batch, inline=inline, retry_on=retry_on,
                              description=description, schema=schema,
                              result_schema=result_schema, durable=durable)
-        return Register(capability, add) if batch is None else BatchRegister(capability, add)
+        return (Register(capability, add, durable) if batch is None
+                else BatchRegister(capability, add))
 
     def add_handler(self, capability: str, fn: Callable[..., Any], *,
                     batch: int | None = None, inline: bool = False,
@@ -391,6 +392,7 @@ class Forager(Peer):
         ctx = TaskContext(self, a.ref, a.task_id, a.attempt, a.capability, deadline)
         ctx._run = a.run
         ctx._durable = h.durable
+        ctx._retry_on = h.retry_on
         if a.steps:
             ctx.recorded(a.steps)
         self.running[a.ref] = ctx

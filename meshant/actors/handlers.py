@@ -19,6 +19,10 @@ from meshant.actors.durable import Steps, replayed
 from meshant.actors.failures import TRACEBACK_FRAMES, error_body, frames, own_failure
 from meshant.errors import AskTimeout, ConfigError, TaskCancelled
 
+# Seconds a sub-task's call waits for the queen's answer (it comes in one turn; a queen
+# away this long fails the call with Timeout, and the task's retry policy decides).
+CALL_REPLY_WAIT = 30.0
+
 
 class Sender(Protocol):
     """Where a task context sends its progress and partial results (the forager)."""
@@ -32,8 +36,9 @@ class Sender(Protocol):
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_asks", "_cancelled", "_durable", "_event", "_forager", "_future", "_run",
-                 "_steps", "attempt", "capability", "deadline", "ref", "task_id")
+    __slots__ = ("_asks", "_cancelled", "_durable", "_event", "_forager", "_future",
+                 "_retry_on", "_run", "_steps", "attempt", "capability", "deadline", "ref",
+                 "task_id")
 
     def __init__(self, forager: Sender, ref: str, task_id: str, attempt: int,
                  capability: str, deadline: float | None) -> None:
@@ -50,6 +55,7 @@ class TaskContext:
         self._run = 0  # which run of its assignment this is (the forager session's)
         self._durable = False  # its handler's asks are durable (@forager.task(durable=True))
         self._steps: Steps | None = None  # its durable steps, made on the first
+        self._retry_on: tuple[type[BaseException], ...] = ()  # its handler's retry_on
 
     # -- durable steps (docs/durable.md) -----------------------------------------------
 
@@ -57,11 +63,13 @@ class TaskContext:
         """The steps earlier runs of this task recorded (the forager gives them before
         the handler starts): replayed, not run again."""
         self._steps = Steps(self._forager, self.ref, self.task_id, steps)
+        self._steps.retry_on = self._retry_on
 
     def _durable_steps(self) -> Steps:
         st = self._steps
         if st is None:
             st = self._steps = Steps(self._forager, self.ref, self.task_id, None)
+            st.retry_on = self._retry_on
         if self._cancelled:
             raise TaskCancelled(f"task {self.task_id} was cancelled")
         return st
@@ -100,40 +108,37 @@ class TaskContext:
             return
         st.sleep(seconds)
 
-    def call(self, capability: Any, payload: Any = None, *, timeout: float | None = None,
-             **options: Any) -> Any:
+    def call(self, capability: Any, payload: Any = None, **options: Any) -> Any:
         """Run a sub-task of ``capability`` (a name, or a :class:`~meshant.Capability`)
         and its result: the child is keyed by this task and the step position, so a re-run
         gets the same child — its result at once if it ended, never a second one. While
         it runs, this run ends *suspended* (its slot free, so a forager may run its own
         children); the queen runs the task again when the child ends, and this call
         returns its result (code before it was replayed, not run again). Its error is
-        raised as ``client.run`` raises it. ``options``: priority, timeout (the
-        child's), labels, to, max_attempts, wait. Cancelling this task cancels its
-        running children. ``timeout``: how long to wait for the queen's answer."""
+        raised as ``client.run`` raises it. ``options``: priority, timeout, labels, to,
+        max_attempts, wait (the child's, as ``client.submit`` takes them). Cancelling
+        this task cancels its running children."""
         st = self._durable_steps()
         pos, occ, name, rec, fut = st.call(capability, payload, options, self._call_child)
         if rec is not None:
             return replayed(rec)
         assert fut is not None
         try:
-            reply = fut.result(30.0 if timeout is None else timeout)
+            reply = fut.result(CALL_REPLY_WAIT)
         except FutureTimeout:
             from meshant.errors import Timeout
             raise Timeout(f"the queen did not answer the call of sub-task {name} of task "
                           f"{self.task_id}") from None
         return st.answered(pos, occ, name, _child_of(self.task_id, pos), reply)
 
-    async def call_async(self, capability: Any, payload: Any = None, *,
-                         timeout: float | None = None, **options: Any) -> Any:
+    async def call_async(self, capability: Any, payload: Any = None, **options: Any) -> Any:
         """:meth:`call` for ``async def`` handlers."""
         st = self._durable_steps()
         pos, occ, name, rec, fut = st.call(capability, payload, options, self._call_child)
         if rec is not None:
             return replayed(rec)
         assert fut is not None
-        reply = await asyncio.wait_for(asyncio.wrap_future(fut), 30.0 if timeout is None
-                                       else timeout)
+        reply = await asyncio.wait_for(asyncio.wrap_future(fut), CALL_REPLY_WAIT)
         return st.answered(pos, occ, name, _child_of(self.task_id, pos), reply)
 
     def _call_child(self, ref: str, child: str, body: dict[str, Any]

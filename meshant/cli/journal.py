@@ -21,8 +21,8 @@ from meshant.cli._options import JSON_OPT, Connection, client_options, error_tex
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
-STATES = ("queued", "assigned", "accepted", "input-required", "completed", "failed",
-          "cancelled")
+STATES = ("queued", "assigned", "accepted", "input-required", "suspended", "completed",
+          "failed", "cancelled")
 # What `meshant status` and the dashboard count as running: on a forager, its slot held.
 RUNNING = ("assigned", "accepted", "input-required")
 

@@ -334,6 +334,11 @@ class TaskService:
             return
         cid = child_id(parent.id, body["position"])
         known = self.find(req, cid)
+        if known is not None and known.parent != parent.id:
+            # (a submission that took the id first: not this task's sub-task)
+            self._refused(req, f"task id {cid} is taken by a task that is not a sub-task "
+                          f"of {parent.id}", ref)
+            return
         if known is not None:
             reply: dict[str, Any] = {"child": cid, "state": known.state}
             if known.final is not None:

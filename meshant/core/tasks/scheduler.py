@@ -263,6 +263,10 @@ class Scheduler:
         body["attempt"] = task.attempt
         body["seq"] = task.next_seq()
         task.final = body
+        if task.steps is not None:
+            # Its records are journaled (or were only ever memory's): a final task need
+            # not hold up to STEPS_BYTES each in the queen's memory.
+            task.steps, task.steps_bytes = None, 0
         if state != FAILED and (task.logged or not self.track_changes):
             # No longer needed (a failed task's may be retried); a task whose first
             # journal write waited for its end keeps it until that write has it.
@@ -494,7 +498,9 @@ class Scheduler:
             # The forager could not send its result: running it again cannot help.
             self.too_large(att, emsg, now)
             return
-        again = retries(task, err)
+        nondeterministic = err.get("code") == Code.NONDETERMINISTIC
+        # (a re-run that diverged from its record would diverge again: never retried)
+        again = retries(task, err) and not nondeterministic
         if task.tries == 0 and again:
             # Breakers count failing tasks, not one task's retries: a payload its
             # handler rejects must not shut a capability down, an outage does. And only
@@ -508,8 +514,9 @@ class Scheduler:
         task.add_reason(f"{att.node.name}: {etype}: {emsg}")
         if task.tries >= task.max_attempts or not again:
             self._abandon(task, now, cancel=False)
-            error = {"code": Code.HANDLER_ERROR, "type": etype, "message": emsg,
-                     "forager": att.node.name, "cause": Code.HANDLER_ERROR,
+            code = Code.NONDETERMINISTIC if nondeterministic else Code.HANDLER_ERROR
+            error = {"code": code, "type": etype, "message": emsg,
+                     "forager": att.node.name, "cause": code,
                      "attempts": task.attempt, "reasons": task.reasons or []}
             tb = err.get("traceback")
             if isinstance(tb, list):

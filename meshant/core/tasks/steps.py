@@ -24,6 +24,8 @@ from typing import Any
 
 import msgpack
 
+from meshant.core.tasks.model import GRAPH_NODE_PREFIX
+
 KINDS = ("step", "call", "sleep", "ask")
 NAME_MAX = 200
 STEPS_MAX = 10_000  # steps one task may record
@@ -33,7 +35,10 @@ INLINE_BYTES = 1024 * 1024  # records up to this go with the assignment; more ar
 
 def child_id(parent: str, position: int) -> str:
     """The id of the sub-task a handler calls at ``position``: one per (parent, position),
-    whatever run asks for it."""
+    whatever run asks for it. A graph node's sub-task is no graph node: its id starts
+    ``tc:`` where its parent's starts ``tg:``."""
+    if parent.startswith(GRAPH_NODE_PREFIX):
+        parent = "tc:" + parent[len(GRAPH_NODE_PREFIX):]
     return f"{parent}/c{position}"
 
 
@@ -67,10 +72,10 @@ def record_problem(body: Any, steps: list[dict[str, Any]] | None) -> str | None:
     if pos.__class__ is not int or pos < 0 or occ.__class__ is not int or occ < 1:
         return "a step's position is an int >= 0 and its occurrence an int >= 1"
     have = len(steps or ())
-    if pos > have:
-        return f"step {pos} was recorded before step {have}: records go in order"
     if pos >= STEPS_MAX:
         return f"a task records at most {STEPS_MAX:,} steps"
+    if pos > have:
+        return f"step {pos} was recorded before step {have}: records go in order"
     err = body.get("error")
     if err is not None and not isinstance(err, dict):
         return "a step's error is a map (type, message, traceback)"
