@@ -412,3 +412,45 @@ def test_a_graph_node_calls_a_typed_sub_task(colony: Colony) -> None:
     c = colony.client()
     out = c.submit_graph({"a": {"capability": "node", "payload": "hi"}}).result(20)
     assert out["a"] == "HI!"
+
+
+def test_records_too_many_for_the_assignment_are_fetched_before_a_rerun(
+        colony: Colony) -> None:
+    colony.start_queen(max_message=8 << 20)
+    made: list[int] = []
+
+    def big(i: int) -> str:
+        made.append(i)
+        return "x" * 700_000
+
+    def agent(_: Any, ctx: TaskContext) -> Any:
+        sizes = [len(ctx.step("big", big, i)) for i in range(3)]  # 2.1 MB of records
+        if ctx.attempt == 1:
+            raise ConnectionError("again")
+        return sizes
+    f = colony.forager(start=False)
+    f.add_handler("agent", agent, retry_on=ConnectionError)
+    f.start(timeout=10)
+    assert colony.client().run("agent", None, timeout=30) == [700_000] * 3
+    assert made == [0, 1, 2]
+
+
+def test_async_handlers_step_sleep_and_call(colony: Colony) -> None:
+    colony.start_queen()
+    calls: list[int] = []
+
+    async def model(x: int) -> int:
+        calls.append(x)
+        return x * 10
+
+    async def agent(x: int, ctx: TaskContext) -> Any:
+        a = await ctx.step_async("model", model, x)
+        await ctx.sleep_async(0.2)
+        b = await ctx.call_async("double", a)
+        return [a, b]
+    f = colony.forager(start=False)
+    f.add_handler("agent", agent)
+    f.add_handler("double", lambda v: v * 2)
+    f.start(timeout=10)
+    assert colony.client().run("agent", 2, timeout=20) == [20, 40]
+    assert calls == [2]

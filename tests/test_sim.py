@@ -224,7 +224,9 @@ def test_mutant_partials_sent_to_a_dead_queen_are_not_sent_again(mutate: Any) ->
     mutate(forager_session.ForagerSession, "welcomed",
            lambda self, first, updates=None: real(self, first, None))
     _caught(DEFAULT.only("kill-queen", "crash-mid-turn", "client-reconnect", "partition",
-                         faults=(1, 4)), 100, "updates-kept")
+                         faults=(1, 4)), 100,
+            # (a durable sleep's record lost so: its re-run sleeps, and wakes, again)
+            ("updates-kept", "wake-once"))
 
 
 @pytest.mark.slow
@@ -406,3 +408,86 @@ def test_every_seed_draws_its_own_weather_from_streams_of_its_own() -> None:
         1 if full.faults else 0)
     assert [x for x in run_seed(11, frozenset({0})).trace if " submits " in x] == [
         x for x in run_seed(11).trace if " submits " in x] or not full.faults
+
+
+# -- #31's invariants: durable agents -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mutant_a_rerun_ignores_its_records(mutate: Any) -> None:
+    # The records never reach a re-run's handler: it makes its steps again.
+    real = forager_session.ForagerSession.assign
+
+    def assign(self: Any, ref: str, body: dict[str, Any], trace: Any, now: float) -> None:
+        real(self, ref, {k: v for k, v in body.items() if k not in ("steps", "steps_total")},
+             trace, now)
+    mutate(forager_session.ForagerSession, "assign", assign)
+    _caught(PROFILES["durable"], 40, "step-once")
+
+
+@pytest.mark.slow
+def test_mutant_a_sub_task_keyed_by_attempt(mutate: Any) -> None:
+    from meshant.core.queen import task_service
+    real = task_service.TaskService.call
+
+    def call(self: Any, req: Any) -> None:
+        att = self.scheduler.attempts.get(req.msg.ref or "")
+        if att is not None:  # the child's key takes the attempt in: a re-run, a new child
+            mutate(task_service, "child_id",
+                   lambda parent, pos, n=att.number: f"{parent}/c{pos}.{n}")
+        real(self, req)
+    mutate(task_service.TaskService, "call", call)
+    _caught(PROFILES["durable"], 80, "one-child")
+
+
+@pytest.mark.slow
+def test_mutant_a_sleep_timed_on_the_foragers_clock(mutate: Any) -> None:
+    # The queen keeps the forager's idea of the end (another machine's clock): a second
+    # early here, as a forager whose clock runs ahead would have it.
+    real = scheduler_mod.Scheduler.record_step
+
+    def record_step(self: Any, att: Any, body: dict[str, Any], now: float) -> Any:
+        rec = real(self, att, body, now)
+        if rec is not None and rec.get("kind") == "sleep":
+            rec["until"] -= 1.0
+        return rec
+    mutate(scheduler_mod.Scheduler, "record_step", record_step)
+    _caught(PROFILES["durable"], 60, "wake-on-time")
+
+
+@pytest.mark.slow
+def test_mutant_a_wake_fired_again_after_a_takeover(mutate: Any) -> None:
+    # What a task waited for stays in its journal row once it is woken (the column not
+    # cleared), and a queen taking over reads any task with a wait as suspended: it
+    # wakes it a second time.
+    real_wake, real_revive = scheduler_mod.Scheduler.wake, scheduler_mod.revive
+
+    def wake(self: Any, task: Any, now: float, why: str) -> None:
+        w = task.wake
+        real_wake(self, task, now, why)
+        if w is not None and task.state == "queued":
+            task.wake = w
+    def revive(r: dict[str, Any], to_wall: float) -> Any:
+        task = real_revive(r, to_wall)
+        if task.wake is not None and task.final is None and task.state != "suspended":
+            task.state = scheduler_mod.SUSPENDED
+        return task
+    mutate(scheduler_mod.Scheduler, "wake", wake)
+    mutate(scheduler_mod, "revive", revive)
+    _caught(PROFILES["durable"], 200, "wake-once")
+
+
+@pytest.mark.slow
+def test_mutant_a_divergent_rerun_takes_the_record_anyway(mutate: Any) -> None:
+    # Replay that keys steps by position alone: a changed handler gets another step's
+    # value, and its task completes.
+    from meshant.core.tasks import steps as steps_mod
+    real = steps_mod.Replay.next
+
+    def next_(self: Any, kind: str, name: str) -> Any:
+        pos, occ, rec = real(self, kind, name)
+        if isinstance(rec, steps_mod.Divergence):
+            return pos, occ, self.steps[pos]
+        return pos, occ, rec
+    mutate(steps_mod.Replay, "next", next_)
+    _caught(PROFILES["durable"], 40, "divergence")

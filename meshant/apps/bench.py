@@ -85,14 +85,15 @@ def machine() -> dict[str, Any]:
 
 # -- measurements --------------------------------------------------------------------------
 
-def seq_mesh(c: Client, payload: Any, n: int, warmup: int) -> list[float]:
+def seq_mesh(c: Client, payload: Any, n: int, warmup: int,
+             capability: str = "echo") -> list[float]:
     for _ in range(warmup):
-        c.submit("echo", payload).result(30)
+        c.submit(capability, payload).result(30)
     out = []
     pc = time.perf_counter
     for _ in range(n):
         t0 = pc()
-        c.submit("echo", payload).result(30)
+        c.submit(capability, payload).result(30)
         out.append(pc() - t0)
     return out
 
@@ -112,7 +113,8 @@ def seq_raw(s: zmq.Socket[Any], payload: Any, n: int, warmup: int) -> list[float
     return out
 
 
-def pipelined_mesh(c: Client, payload: Any, n: int, window: int) -> float:
+def pipelined_mesh(c: Client, payload: Any, n: int, window: int,
+                   capability: str = "echo") -> float:
     sem = threading.Semaphore(window)
     done = threading.Event()
     left = [n]
@@ -128,7 +130,7 @@ def pipelined_mesh(c: Client, payload: Any, n: int, window: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         sem.acquire()
-        c.submit("echo", payload).add_done_callback(finished)
+        c.submit(capability, payload).add_done_callback(finished)
     if not done.wait(120):
         raise RuntimeError("pipelined benchmark did not finish within 120 s")
     return n / (time.perf_counter() - t0)
@@ -283,6 +285,53 @@ def run_journal(sizes: Sizes) -> list[Row]:
         os.environ.pop("MESHANT_DURABILITY", None)
     else:
         os.environ["MESHANT_DURABILITY"] = durability
+    return rows
+
+
+def run_steps(sizes: Sizes, steps: int = 10) -> list[Row]:
+    """Durable steps' cost (#31): a task making ``steps`` trivial ``ctx.step`` calls
+    beside a plain one, on one colony with a SQLite journal (where the records go), in
+    interleaved rounds; raw pyzmq's echo on the same hops is the floor of both."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="meshant-steps-") as d:
+        mesh = MeshTopology("tcp", 1, slots=sizes.window, journal=f"{d}/q.db",
+                            app="meshant.apps.bench_steps:forager")
+        raw = RawTopology("tcp", 1)
+        try:
+            with mesh.client(threaded=True) as c:
+                s = raw.client()
+                try:
+                    plain: list[float] = []
+                    stepped: list[float] = []
+                    r_s: list[float] = []
+                    rounds = 6
+                    per = max(1, sizes.seq // rounds // 2)
+                    for i in range(rounds):
+                        warm = sizes.warmup // 2 if i == 0 else 3
+                        plain += seq_mesh(c, PAYLOAD, per, warm)
+                        stepped += seq_mesh(c, {"steps": steps}, per, warm, "steps")
+                        r_s += seq_raw(s, PAYLOAD, per, warm)
+                    n = max(sizes.window, sizes.pipelined // 4)
+                    tp_plain = pipelined_mesh(c, PAYLOAD, n, sizes.window)
+                    tp_steps = pipelined_mesh(c, {"steps": steps}, n, sizes.window, "steps")
+                    tp_raw = pipelined_raw(s, PAYLOAD, n, sizes.window)
+                finally:
+                    s.close(0)
+        finally:
+            _close(mesh, raw)
+    r = summary([x * 1e6 for x in r_s])
+    m_plain = summary([x * 1e6 for x in plain])
+    m_steps = summary([x * 1e6 for x in stepped])
+    per_step = (m_steps["p50"] - m_plain["p50"]) / steps
+    for label, m in ((", plain task", m_plain), (f", {steps} durable steps", m_steps)):
+        rows += [Row(f"round trip, journal SQLite{label}", k, "us", m[k], r[k],
+                     extra={"samples": m["n"]}) for k in ("p50", "p99")]
+    rows.append(Row(f"a durable step (p50 difference / {steps})", "step", "us", per_step,
+                    None))
+    rows += [Row(f"pipelined, journal SQLite{label}", "throughput", "tasks/s", tp, tp_raw,
+                 higher_is_better=True)
+             for label, tp in ((", plain task", tp_plain), (f", {steps} durable steps",
+                                                              tp_steps))]
     return rows
 
 
@@ -506,6 +555,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "journal": ("round trip and throughput with the queen's journal off, on SQLite, and on "
                 "PostgreSQL (with --postgres URL)",
                 run_journal),
+    "steps": ("a task of 10 durable steps beside a plain one, SQLite journal: round trip, "
+              "a step's cost, pipelined throughput", run_steps),
 }
 
 

@@ -55,9 +55,11 @@ class MeshTopology:
     """A queen and ``n`` echo foragers; processes for tcp/ipc, threads for inproc."""
 
     def __init__(self, transport: str, foragers: int = 1, slots: int = 1,
-                 journal: str | None = None) -> None:
-        """``foragers=0``: just the queen; ``journal``: the queen journals to that file."""
+                 journal: str | None = None, app: str | None = None) -> None:
+        """``foragers=0``: just the queen; ``journal``: the queen journals to that file;
+        ``app``: the foragers serve that ``--app`` (tcp/ipc) instead of the builtins."""
         self.transport = transport
+        self.app = app
         self.eps = Endpoints(transport)
         self.procs: list[subprocess.Popen[str]] = []
         self.inproc: list[Any] = []
@@ -82,7 +84,7 @@ class MeshTopology:
             bind, pub = self.eps.fixed(), self.eps.fixed()
             qp = _procs.spawn(["queen", "--bind", bind, "--pub", pub, "--json", "--journal",
                                journal or ":memory:"])
-            fs = [self._forager(bind, slots) for _ in range(foragers)]
+            fs = [self._forager(bind, slots, app) for _ in range(foragers)]
             try:
                 self.endpoint = _procs.read_json_line(qp, 20)["router"]
             except RuntimeError:
@@ -90,14 +92,15 @@ class MeshTopology:
                 qp = _procs.spawn(["queen", "--bind", self.eps.next(), "--pub",
                                    self.eps.next(), "--json", "--journal", journal or ":memory:"])
                 self.endpoint = _procs.read_json_line(qp, 20)["router"]
-                fs = [self._forager(self.endpoint, slots) for _ in range(foragers)]
+                fs = [self._forager(self.endpoint, slots, app) for _ in range(foragers)]
             self.procs += [qp, *fs]
             for fp in fs:
                 _procs.read_json_line(fp, 20)
 
     @staticmethod
-    def _forager(endpoint: str, slots: int) -> subprocess.Popen[str]:
-        return _procs.spawn(["forager", "--queen", endpoint, "--slots", str(slots), "--json"])
+    def _forager(endpoint: str, slots: int, app: str | None = None) -> subprocess.Popen[str]:
+        return _procs.spawn(["forager", "--queen", endpoint, "--slots", str(slots), "--json",
+                             *(["--app", app] if app else [])])
 
     def client(self, threaded: bool = False) -> Client:
         return Client(self.endpoint, context=self.ctx, timeout=10, threaded=threaded)

@@ -78,6 +78,8 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
     (_Q, "q.services", "§7", "status.query, tool.query and mem.sync answer as specified"),
     (_Q, "q.questions", "§6a", "task.ask is relayed to the submitter (progress negotiated "
      "only), input-required, answered once, to the forager"),
+    (_Q, "q.steps", "§6b", "task.step records kept in order; a suspended task wakes with "
+     "them in its re-run's assign; task.call: one child per position"),
     (_Q, "q.attach", "§6a", "task.attach replays the updates after a cursor as task.update, "
      "ending with the result; unknown-task"),
     (_Q, "q.inbox", "§6a", "a msg to a name not connected is kept, listed, delivered once "

@@ -4,11 +4,17 @@ the peers; the task helpers are :class:`~meshant.conformance.queen_tasks_kit.Tas
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any
 
 from meshant import protocol as p
 from meshant.conformance.report import require
 from meshant.conformance.wire import Peer
+
+
+def _state_of(ref: str, m: p.Message) -> bool:
+    return m.kind == "task.state" and m.ref == ref
 
 
 class ConverseChecks:
@@ -54,6 +60,67 @@ class ConverseChecks:
         q = c.expect(lambda m: m.kind == "task.ask" and m.b.get("task") == sub.id,
                      self.timeout, "the relayed task.ask")
         return f, c, sub, a, q
+
+    # -- §6b ------------------------------------------------------------------------------
+
+    def _steps(self) -> str:
+        cap = self.cap()
+        f = self.forager([cap], slots=2)  # (a parent and its child at once)
+        c = self.client()
+        sub = self.submit(c, cap, payload="agent")
+        a = self.assigned(f, sub.id)
+        model = {"position": 0, "kind": "step", "name": "model", "occurrence": 1,
+                 "value": {"text": "hi"}}
+        f.send("task.step", {**model, "n": 1}, ref=a.id)
+        gap = f.send("task.step", {**model, "position": 5, "n": 2}, ref=a.id)
+        code = f.error(gap, self.timeout)
+        require(code == "bad-value", f"a record past the next position: {code}")
+        f.send("task.step", {"position": 1, "kind": "sleep", "name": "sleep",
+                             "occurrence": 1, "seconds": 0.3, "n": 2}, ref=a.id)
+        f.send("task.result", {"status": "suspended", "wait": {
+            "until": time.time() + 0.3, "position": 1}}, ref=a.id)
+        deadline = time.monotonic() + self.timeout
+        while True:  # (the client's question may reach the queen before the result)
+            st_id = c.send("task.status", {"task": sub.id}).id
+            state = c.expect(functools.partial(_state_of, st_id), self.timeout)
+            if state.b.get("state") != "accepted" or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        require(state.b.get("state") == "suspended" and "until" in (state.b.get("waiting")
+                                                                    or {}),
+                f"a suspended task's state: {state.b.get('state')} {state.b.get('waiting')}")
+        again = self.assigned(f, sub.id)
+        steps = again.b.get("steps") or []
+        require(again.id != a.id and [r.get("kind") for r in steps] == ["step", "sleep"]
+                and steps[0].get("value") == {"text": "hi"},
+                f"the re-run's assignment carries {steps}")
+        call = f.send("task.call", {"position": 2, "capability": cap, "payload": 3},
+                      ref=again.id)
+        called = f.expect(lambda m: m.kind == "task.called" and m.ref == call.id,
+                          self.timeout, "task.called")
+        child = f"{sub.id}/c2"
+        require(called.b.get("child") == child and called.b.get("state") in (
+            "queued", "assigned"), f"task.called {called.b}")
+        ca = self.assigned(f, child)
+        f.send("task.result", {"status": "ok", "result": 6}, ref=ca.id)
+        # The same child for a call again at that position: ended (once its result is
+        # taken, which this forager's next message follows on its connection).
+        call2 = f.send("task.call", {"position": 2, "capability": cap, "payload": 3},
+                       ref=again.id)
+        done = f.expect(lambda m: m.kind == "task.called" and m.ref == call2.id,
+                        self.timeout, "task.called for the ended child")
+        require(done.b.get("child") == child and (done.b.get("final") or {}).get(
+            "result") == 6, f"a call of an ended child: {done.b}")
+        f.send("task.result", {"status": "ok", "result": "done"}, ref=again.id)
+        final = self.final(c, sub.id)
+        require(final.b.get("state") == "completed", f"final {final.b}")
+        plain = self.forager([self.cap()], features=["progress"])
+        no = plain.send("task.step", {**model, "n": 1}, ref=a.id)
+        code = plain.error(no, self.timeout)
+        require(code in ("unsupported", "not-yours", "unknown-task"),
+                f"a task.step without steps negotiated: {code}")
+        return ("records kept in order, a suspended sleep woke with its records, one child "
+                "per position")
 
     # -- §6a ------------------------------------------------------------------------------
 

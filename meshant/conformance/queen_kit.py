@@ -53,6 +53,7 @@ class QueenKit(TaskChecks, ConverseChecks):
                 ("q.fencing", self._fencing), ("q.batch", self._batch),
                 ("q.features", self._features), ("q.services", self._services),
                 ("q.questions", self._questions), ("q.attach", self._attach),
+                ("q.steps", self._steps),
                 ("q.inbox", self._inbox), ("q.graphs", self._graphs),
                 ("q.graph-cancel", self._graph_cancel), ("q.legacy", self._legacy),
             ):

@@ -94,8 +94,15 @@ class Ledger:
         self.step_replays: dict[tuple[str, int], Any] = {}
         self.children: dict[tuple[str, int], set[str]] = {}
         self.wakes: dict[tuple[str, Any], int] = {}
+        # When each sleep (task, position) may end at the earliest, in virtual time (the
+        # handler asked for it then), and how far a queen's clock may drift meanwhile.
+        self.sleeps: dict[tuple[str, int], float] = {}
         self.replaying: set[str] = set()
         self.journaled_steps: Callable[[str], set[int]] = lambda task: set()
+        # What the journal held of a task's records as each attempt was assigned: the
+        # steps that attempt's run must not make (a run of an older assignment, its
+        # forager cut off past its lease, may: at least once).
+        self.assigned_with: dict[tuple[str, int], set[int]] = {}
 
     def fail(self, invariant: str, detail: str) -> None:
         if self.lossy and invariant in DURABLE:
@@ -127,10 +134,10 @@ class Ledger:
 
     def step_ran(self, task: str, pos: int, journaled: set[int], value: Any) -> None:
         """A run made the step at ``pos`` (a real call): never one the journal held when
-        the run started (it had the record to replay)."""
+        the run was assigned (it had the record to replay)."""
         if pos in journaled:
             self.fail("step-once", f"task {task}'s step {pos} ran again, though its record "
-                      "was in the journal when this run started")
+                      "was in the journal when this run was assigned")
         self.step_runs.setdefault((task, pos), []).append(value)
 
     def step_replayed(self, task: str, pos: int, value: Any) -> None:
@@ -153,6 +160,16 @@ class Ledger:
         if len(got) > 1:
             self.fail("one-child", f"task {task}'s call at step {pos} found {len(got)} "
                       f"sub-tasks: {sorted(got)}")
+
+    def woke_at(self, task: str, wait: dict[str, Any], now: float, drift: float,
+                life: str) -> None:
+        """A queen wakes ``task`` from ``wait`` at virtual time ``now``: never before the
+        sleep its handler asked for is over (give or take the queen's clock drift)."""
+        pos = wait.get("position")
+        ends = self.sleeps.get((task, pos)) if isinstance(pos, int) else None
+        if "until" in wait and ends is not None and now < ends - drift:
+            self.fail("wake-on-time", f"{life} woke task {task} at {now:.3f}, before its "
+                      f"sleep at step {pos} was over ({ends:.3f})")
 
     def woke(self, task: str, wait: dict[str, Any]) -> None:
         """A leading queen committed a wake of ``task`` from ``wait``: once per wait."""

@@ -28,7 +28,7 @@ from meshant.core.peers.choice import QueenChoice
 from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.forager_session import ForagerSession
 from meshant.core.peers.link import FLUSH_MAX, Item, PeerLink, Role
-from meshant.sim.ledger import Kept, Ledger, Run, Submission
+from meshant.sim.ledger import Kept, Ledger, Run, Submission, Violation
 from meshant.sim.queen import WALL
 from meshant.sim.world import Clock, Conn, Net, ProcessClock
 
@@ -511,7 +511,7 @@ class SimForager(SimPeer):
             self.ledger.replaying.add(task)
             if payload.get("diverge"):
                 h.plan[0] = ["step", "changed"]  # (the handler as edited since)
-        h.journaled = self.ledger.journaled_steps(task)
+        h.journaled = self.ledger.assigned_with.get((task, h.start.attempt), set())
         ledger = self.ledger
 
         def watch(pos: int, kind: str, name: str, occ: int, rec: Any) -> None:
@@ -541,7 +541,7 @@ class SimForager(SimPeer):
                 self.ledger.child(task, pos, str(body.get("child")))
                 try:
                     st.answered(pos, occ, name, str(body.get("child")), body)
-                except (Suspend, Diverged):
+                except (Suspend, Diverged, Violation):
                     raise
                 except Exception:
                     pass  # (the sub-task failed: this handler goes on)
@@ -556,6 +556,8 @@ class SimForager(SimPeer):
                         return value
                     st.step(str(item[1]), call, (), {})
                 elif item[0] == "sleep":
+                    self.ledger.sleeps.setdefault((task, st.replay.position),
+                                                  self.net.clock.now + float(item[1]))
                     st.sleep(float(item[1]))
                 elif item[0] == "ask":
                     st.ask("go on?", None)
@@ -579,6 +581,8 @@ class SimForager(SimPeer):
             h.body = diverged_body(d)
             self._finish(h)
             return
+        except Violation:
+            raise  # (a promise broken inside a step: the run's end, not the handler's)
         except Exception as e:
             h.body = {"status": "error", "error": error_record(e)}
             self._finish(h)

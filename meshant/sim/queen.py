@@ -278,6 +278,10 @@ class SimQueen:
                 if isinstance(until, int | float) and now + sched.to_wall < until - 1e-6:
                     self.ledger.fail("wake-on-time", f"{self.life} woke task {task.id} at "
                                      f"{now + sched.to_wall:.3f}, before {until:.3f} ({why})")
+                # (a sleep of s seconds on a clock running up to 1 % fast: s/100 early)
+                rate = getattr(self.clock, "rate", 1.0)
+                self.ledger.woke_at(task.id, w, self.net.clock.now,
+                                    abs(1.0 - 1.0 / rate) * 10.0 + 1e-6, self.life)
                 self._woken.append((task.id, dict(w)))
             wake(task, now, why)
         setattr(sched, "wake", watched)  # noqa: B010  (the simulator's probe, on one core)
@@ -599,6 +603,9 @@ class SimQueen:
                 task = sched.tasks.get(b["task"])
                 if task is None:
                     continue
+                if task.steps:
+                    self.ledger.assigned_with[(task.id, int(b.get("attempt", 0)))] = (
+                        self.ledger.journaled_steps(task.id))
                 if task.tries >= task.max_attempts:
                     self.ledger.fail("attempts-bounded", f"{b['task']} was assigned again "
                                      f"after {task.tries} failed tries of its "

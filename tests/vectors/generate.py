@@ -162,6 +162,35 @@ BINARY = [
         {"ref": "c1-7.1", "kind": "task.progress", "fraction": 0.5, "n": 2},
         {"ref": "c1-7.1", "status": "ok", "result": "done"}]},
         id="m-4f91c7", frm="forager-07", to="queen")),
+    # Durable steps (kinds 70-73, feature steps: §6b)
+    ("task.step, a step's record", Message("task.step", {
+        "position": 0, "kind": "step", "name": "search", "occurrence": 1,
+        "value": {"hits": 3}, "n": 1}, id="m-70", frm="forager-07", to="queen",
+        ref="c1-30.1")),
+    ("task.step, a sleep's record", Message("task.step", {
+        "position": 1, "kind": "sleep", "name": "sleep", "occurrence": 1, "seconds": 60.0,
+        "n": 2}, id="m-71", frm="forager-07", to="queen", ref="c1-30.1")),
+    ("task.result suspended, a durable question", Message("task.result", {
+        "status": "suspended", "wait": {"request": "c1-30.s2", "position": 2, "name": "ask",
+                                        "occurrence": 1, "prompt": "Publish?"}},
+        id="m-72", frm="forager-07", to="queen", ref="c1-30.2")),
+    ("task.assign of a re-run, with its records", Message("task.assign", {
+        "task": "c1-30", "attempt": 3, "capability": "agent", "payload": "go",
+        "steps": [{"position": 0, "kind": "step", "name": "search", "occurrence": 1,
+                   "value": {"hits": 3}}]}, id="c1-30.3", frm="queen", to="forager-07")),
+    ("task.call", Message("task.call", {"position": 3, "capability": "summarise",
+                                        "payload": "text", "options": {"priority": 10},
+                                        "task": "c1-30/c3"},
+                          id="m-73", frm="forager-07", to="queen", ref="c1-30.3")),
+    ("task.called, the child ended", Message("task.called", {
+        "child": "c1-30/c3", "state": "completed", "final": {
+            "result": "short", "task": "c1-30/c3", "state": "completed", "attempt": 1,
+            "seq": 1}}, id="q-73", frm="queen", to="forager-07", ref="m-73")),
+    ("task.steps, the records of a re-run in slices", Message("task.steps", {
+        "task": "c1-30", "total": 2, "from": 1, "steps": [
+            {"position": 1, "kind": "sleep", "name": "sleep", "occurrence": 1,
+             "seconds": 60.0, "until": 1312284160.0}]}, id="q-74", frm="queen",
+        to="forager-07", ref="c1-30.3")),
 ]
 
 LEGACY_LINES = [
