@@ -82,11 +82,18 @@ class Batch:
     def merge(self, other: Batch) -> None:
         """Add ``other``'s statements after this batch's (one transaction for both), in
         their own order: a memory key deleted by one and set by the next stays set."""
+        extra = self.extra
         for sql, rows in ((INSERT, other.inserts), (UPDATE, other.updates),
                           (EVENT, other.events), (MEM_SET, other.mem_set),
                           (MEM_DEL, other.mem_del), *other.extra):
-            if rows:
-                self.extra.append((sql, rows))
+            if not rows:
+                continue
+            if extra and extra[-1][0] == sql:
+                # The same statement right after: one executemany (a turn's step records,
+                # its updates), in the same order.
+                extra[-1][1].extend(rows)
+            else:
+                extra.append((sql, list(rows)))
 
     def __bool__(self) -> bool:
         return bool(self.inserts or self.updates or self.mem_set or self.mem_del

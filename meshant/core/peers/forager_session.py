@@ -156,8 +156,11 @@ def _size(value: Any) -> int:
 
 def _unbatched(item: dict[str, Any]) -> p.Message:
     """A task.batch item as the message of its own it stands for."""
+    kind = item.get("kind", "task.result")
     body = {k: v for k, v in item.items() if k != "ref" and k != "kind"}
-    return p.Message(item.get("kind", "task.result"), body, ref=item["ref"], to="queen")
+    if kind == "task.step":
+        body["kind"] = body.pop("step", None)
+    return p.Message(kind, body, ref=item["ref"], to="queen")
 
 
 class ForagerSession:
@@ -562,22 +565,28 @@ class ForagerSession:
                     del accepts[msg.ref]
         if "batch" not in self.features or len(take) - singles <= 1:
             return list(take)
-        # With batch.progress, progress reports join the run too (an item with "kind").
+        # With batch.progress, progress reports join the run too (an item with "kind");
+        # with steps, step records.
         progress = "batch.progress" in self.features
+        steps = "steps" in self.features
         budget = self.batch_bytes
         out: list[Item] = list(take[:singles])  # (from a batch that could not be sent)
         results: list[dict[str, Any]] = []
         size = 0
         for msg in take[singles:]:
             kind = msg.kind
-            if kind == "task.result" or (progress and kind == "task.progress"):
+            if kind == "task.result" or (progress and kind == "task.progress") or (
+                    steps and kind == "task.step"):
                 b = msg.b
-                n = _size(b.get("value") if b.get("partial") else b.get("result"))
+                n = _size(b.get("value") if b.get("partial") or kind == "task.step"
+                          else b.get("result"))
                 if results and size + n > budget:
                     out.append(self._results(results))
                     results, size = [], 0
                 if kind == "task.result":
                     results.append({**b, "ref": msg.ref})
+                elif kind == "task.step":  # (its own kind travels as "step", §2.4)
+                    results.append({**b, "ref": msg.ref, "kind": kind, "step": b["kind"]})
                 else:
                     results.append({**b, "ref": msg.ref, "kind": kind})
                 size += n

@@ -26,6 +26,7 @@ from meshant.protocol.codes import Code
 
 _RESULT = p.BY_NAME["task.result"]
 _PROGRESS = p.BY_NAME["task.progress"]
+_STEP = p.BY_NAME["task.step"]
 
 
 class TaskService:
@@ -267,7 +268,9 @@ class TaskService:
     def step(self, req: Request) -> None:
         """A handler's step ran: its record is kept with the task (journaled before
         anything that follows it leaves)."""
-        ref, body = req.msg.ref, req.msg.b
+        self._step(req, req.msg.ref, req.msg.b)
+
+    def _step(self, req: Request, ref: str | None, body: dict[str, Any]) -> None:
         if self._refused(req, None, ref, "steps"):
             return
         att = self.attempt(req, ref)
@@ -437,13 +440,19 @@ class TaskService:
             kind = item.get("kind", "task.result")
             if kind == "task.progress" and "batch.progress" in req.node.features:
                 spec = _PROGRESS
+            elif kind == "task.step" and "steps" in req.node.features:
+                spec = _STEP
+                # (a record's own kind travels as "step": "kind" names the item's, §2.4)
+                item = {**item, "kind": item.get("step")}
             elif kind == "task.result":
                 spec = _RESULT
             else:
                 st.counters["protocol_errors"] += 1
-                st.refuse(req, Code.UNSUPPORTED if kind == "task.progress" else Code.BAD_VALUE,
+                st.refuse(req, Code.UNSUPPORTED if kind in ("task.progress", "task.step")
+                          else Code.BAD_VALUE,
                           f"a batched item of kind {kind!r}: items are task.result bodies, "
-                          "or task.progress ones with batch.progress negotiated (§2.4)",
+                          "task.progress ones with batch.progress negotiated, task.step "
+                          "ones with steps (§2.4)",
                           assign=item["ref"])
                 continue
             try:
@@ -454,6 +463,8 @@ class TaskService:
                 continue
             if spec is _PROGRESS:
                 self._progress(req, item["ref"], item)
+            elif spec is _STEP:
+                self._step(req, item["ref"], item)
             else:
                 self._result(req, item["ref"], item)
 
