@@ -159,9 +159,11 @@ def check_log(log: Path, killed: dict[int, float], ids: dict[str, int]) -> dict[
     step index by a killed forager, as its last step of that task."""
     runs: dict[str, list[tuple[int, int, float]]] = collections.defaultdict(list)
     for line in log.read_text().splitlines():
-        tid, i, pid, t = line.split()
-        runs[tid].append((int(i), int(pid), float(t)))
-    rerun, bad, per_kill, same_pid = 0, [], collections.Counter(), 0
+        task, step, proc, at = line.split()
+        runs[task].append((int(step), int(proc), float(at)))
+    rerun, same_pid = 0, 0
+    bad: list[str] = []
+    per_kill: collections.Counter[tuple[str, int]] = collections.Counter()
     missing = []
     for tid in ids:
         seq = runs.get(tid, [])
@@ -175,15 +177,21 @@ def check_log(log: Path, killed: dict[int, float], ids: dict[str, int]) -> dict[
         for i, pid, t in seq:
             by_step[i].append((pid, t))
         for i, occ in by_step.items():
-            for pid, _ in occ[:-1]:  # every run but the last was cut short (or is wrong)
+            for pid, began in occ[:-1]:  # every run but the last was cut short (or wrong)
                 if pid in killed and last_of[pid] == i:
                     rerun += 1
                     per_kill[(tid, pid)] += 1
-                else:
-                    why = "not killed" if pid not in killed else \
-                        f"not its last step (that was {last_of[pid]})"
+                elif pid not in killed:
                     bad.append(f"task {tid} step {i} ran {len(occ)}x, pids "
-                               f"{[p for p, _ in occ]}; pid {pid} {why}")
+                               f"{[p for p, _ in occ]}; pid {pid} was not killed")
+                else:
+                    # It had returned (the handler went on to its next step) that long
+                    # before the kill: its record was sent, and did not count.
+                    after = min(t for j, p, t in seq if p == pid and t > began)
+                    bad.append(f"task {tid} step {i} ran {len(occ)}x, pids "
+                               f"{[p for p, _ in occ]}; pid {pid} was killed at its step "
+                               f"{last_of[pid]}, {(killed[pid] - after) * 1000:.1f} ms after "
+                               f"this step had returned")
             pids = [p for p, _ in occ]
             if len(pids) != len(set(pids)):
                 same_pid += 1  # (one forager ran the step twice: a task given it again)
@@ -258,6 +266,7 @@ def soak_kills(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             counters = c.status()["counters"]
     finally:
         procs.close()
+        (tmp / "kills.json").write_text(json.dumps(killed))
     out = {"scenario": "forager kills (file journal)"
            + ("" if args.capability == "soak" else ", no steps"), "kills": len(killed),
            "tasks": len(res["ids"]), "completed_right": res["ok"],
@@ -441,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the control: the same handler without ctx.step (re-runs expected)")
     ap.add_argument("--postgres", metavar="URL", help="a database for (b) (else a "
                     "throwaway server is started with initdb)")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep it: the step "
+                    "log, every process's output, the file journals")
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
                     help="the figures as JSON (to FILE, or stdout)")
     args = ap.parse_args(argv)
@@ -451,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="meshant-dsoak-") as d:
         tmp = Path(d)
+        if args.keep:  # (the logs and journals kept, to look into what went wrong)
+            tmp = Path(args.keep)
+            tmp.mkdir(parents=True)
         if args.only in (None, "a") and args.kills > 0:
             (tmp / "a").mkdir()
             results.append(soak_kills(args, tmp / "a"))

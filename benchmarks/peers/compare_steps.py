@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", nargs="?", const="-", metavar="FILE")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()
-    pairs = []
+    pairs: list[dict[str, Any]] = []
     for durability, sync in (("process", "normal"), ("power", "default")):
         m = measure_meshant(args.runs, durability, args.slots)
         dbos = measure_dbos(args.dbos_python, args.runs, sync)
