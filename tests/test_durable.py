@@ -69,6 +69,7 @@ def test_a_sleep_frees_the_slot_and_the_task_wakes_not_before_its_time(colony: C
     wait_for(lambda: c.task_status(fut.task_id)["state"] == "suspended", what="suspended")
     st = c.task_status(fut.task_id)
     assert "until" in st["waiting"]
+    assert c.status()["suspended"] == 1  # (meshant status, the dashboard)
     # The one slot is free while it sleeps: other work runs.
     assert c.run("echo", "meanwhile", timeout=5) == "meanwhile"
     t0 = fut.result(10)

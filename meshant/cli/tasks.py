@@ -299,7 +299,8 @@ def status(conn: Connection, as_json: bool) -> None:
     # This command's own client is one of the queen's clients: not counted or listed.
     others = max(0, st["clients"] - 1)
     click.echo(f"{len(st['foragers'])} foragers, {others} client{'s' * (others != 1)}, "
-               f"{st['queued']} queued, {st['running']} running")
+               f"{st['queued']} queued, {st['running']} running"
+               + (f", {st['suspended']} suspended" if st.get("suspended") else ""))
     if st["foragers"]:
         click.echo(f"  {'NAME':30} {'STATE':9} {'SLOTS':>5} {'BUSY':>5} {'SEEN':>6}  TOOLS")
         for f in st["foragers"]:

@@ -18,6 +18,7 @@ the ids that starts a pass, about 1.5 ms per 100,000, is the one step not split)
 
 from __future__ import annotations
 
+import itertools
 import time
 from bisect import bisect_left
 from collections import deque
@@ -93,6 +94,15 @@ def task_view(task: Task, now: float, wall: float) -> dict[str, Any]:
         "age": round(now - task.submitted, 3), "started": started,
         "history": [[round(t - task.submitted, 6), s, w] for t, s, w in task.history],
     }
+    if task.wake is not None:
+        view["waiting"] = {k: v for k, v in task.wake.items() if k in (
+            "until", "request", "child", "position")}
+    if task.steps:
+        view["steps"] = len(task.steps)
+    if task.parent is not None:
+        view["parent"] = task.parent
+    if task.children:
+        view["children"] = list(task.children[:KEEP_TASKS])
     final = task.final
     if final is not None and "error" in final:
         err = final["error"]
@@ -272,6 +282,11 @@ class Observer:
             # graphs (their sizes only: counting a big graph's nodes is not loop work).
             "waiting_input": waiting_input,
             "waiting_input_tasks": [t for t in running if t["state"] == INPUT_REQUIRED],
+            # Durable tasks that wait with no slot held: a time, an answer, a sub-task.
+            "suspended": len(sched.suspended),
+            "suspended_tasks": [task_view(t, now, wall)
+                                for t in itertools.islice(sched.suspended.values(),
+                                                          KEEP_TASKS)],
             "graphs_running": len(core.graphs.graphs),
             "graphs": [{"graph": g.id, "state": g.state, "client": g.client_name,
                         "nodes": len(g.nodes)}

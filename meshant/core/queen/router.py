@@ -378,6 +378,8 @@ class QueenCore:
             "queues": sched.depths(),
             "queued": sched.queued,
             "running": sum(f["in_flight"] for f in foragers),
+            # Durable tasks waiting with no slot held (a time, an answer, a sub-task).
+            "suspended": len(sched.suspended),
             "counters": dict(st.counters),
             "role": "standby" if st.standby is not None else "leader",
             "term": st.term,

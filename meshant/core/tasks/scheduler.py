@@ -142,6 +142,8 @@ class Scheduler:
         self.default_wait = default_wait
         self.tasks: dict[str, Task] = {}
         self.done: OrderedDict[str, Task] = OrderedDict()
+        # The tasks suspended now (their waits: status, the dashboard), by id.
+        self.suspended: dict[str, Task] = {}
         self.attempts: dict[str, Attempt] = {}
         # What runs where: a forager's attempts, by assign id.
         self.running: dict[Node, dict[str, Attempt]] = {}
@@ -207,8 +209,13 @@ class Scheduler:
     def _move(self, task: Task, event: TaskEvent, now: float, why: str = "") -> None:
         """Move the task by ``event`` (a change its table forbids is a bug:
         LifecycleError), into its audit trail and the journal's next record."""
-        state = task.state = step(TASK, task.state, event, f"task {task.id}")
+        was = task.state
+        state = task.state = step(TASK, was, event, f"task {task.id}")
         task.history.append((now, state, why))
+        if state == SUSPENDED:
+            self.suspended[task.id] = task
+        elif was == SUSPENDED:
+            del self.suspended[task.id]
         if self.track_changes:
             self.changed[task.id] = task
 
@@ -1006,6 +1013,7 @@ class Scheduler:
                 self._enqueue(task, now)
                 continue
             if task.state == SUSPENDED:
+                self.suspended[task.id] = task
                 continue  # armed once its steps are back (restore_steps)
             # Assigned before the restart: perhaps still running on its forager.
             ghost = Node(name=r["forager"] or "?", identity=b"", role="forager", codec="",

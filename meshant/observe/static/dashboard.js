@@ -103,6 +103,17 @@
       cell(tr, t.capability); cell(tr, t.forager);
       const h = t.history; cell(tr, h.length ? fmtSecs(t.age - h[h.length - 1][0]) : "");
     });
+    text($("suspended-count"), "(" + (s.suspended || 0) + ")");
+    rows("suspended", s.suspended_tasks || [], (tr, t) => {
+      taskRow(tr, t);
+      cell(tr, t.capability);
+      const w = t.waiting || {};
+      cell(tr, w.request ? "an answer to " + w.request
+               : w.child ? "sub-task " + w.child
+               : w.until ? "until " + new Date(w.until * 1000).toLocaleTimeString() : "");
+      cell(tr, t.steps || 0);
+      button(cell(tr, "", "act"), "cancel", "cancel", t.task);
+    });
     text($("graphs-count"), "(" + s.graphs_running + ")");
     rows("graphs", s.graphs, (tr, g) => {
       cell(tr, g.graph); cell(tr, g.state, "s-" + g.state); cell(tr, g.nodes);
