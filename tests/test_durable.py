@@ -294,6 +294,11 @@ def test_meshant_replay_shows_each_step_and_stops_at_a_divergence(
     assert out["steps"][1] == {"position": 1, "recorded": "step 'model' #2",
                                "replayed": "step 'llm' #1", "same": False, "outcome": ""}
     assert log.read_text() == ran
+    unknown = subprocess.run([sys.executable, "-m", "meshant", "replay", "no-such-task",
+                              "--app", "tests.durable_app:forager", "--journal", journal],
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 1 and "no task 'no-such-task'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
 
 
 def test_a_divergence_fails_at_once_as_nondeterministic_whatever_retry_on(
@@ -455,3 +460,21 @@ def test_async_handlers_step_sleep_and_call(colony: Colony) -> None:
     f.start(timeout=10)
     assert colony.client().run("agent", 2, timeout=20) == [20, 40]
     assert calls == [2]
+
+
+def test_a_step_after_its_handler_returned_is_refused(colony: Colony) -> None:
+    colony.start_queen()
+    kept: list[TaskContext] = []
+
+    def agent(_: Any, ctx: TaskContext) -> str:
+        kept.append(ctx)
+        return "done"
+    colony.forager({"agent": agent})
+    assert colony.client().run("agent", None, timeout=10) == "done"
+    from meshant.errors import ConfigError
+    with pytest.raises(ConfigError, match="after its handler's run ended"):
+        kept[0].step("late", lambda: 1)
+    with pytest.raises(ConfigError, match="seconds >= 0"):
+        run_handler(lambda _, ctx: ctx.sleep(-1)).value()
+    with pytest.raises(ConfigError, match="a step's name"):
+        run_handler(lambda _, ctx: ctx.step("", lambda: 1)).value()

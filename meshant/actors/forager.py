@@ -507,6 +507,7 @@ class Forager(Peer):
     def _done(self, ctx: TaskContext, body: dict[str, Any]) -> None:
         """A handler ended (any thread): its outcome goes to the session, in order after
         what the handler sent while it ran."""
+        ctx._ended = True
         self.call_soon(self._finished, ctx, body)
 
     def _finished(self, ctx: TaskContext, body: dict[str, Any]) -> None:

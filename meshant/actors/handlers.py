@@ -36,7 +36,7 @@ class Sender(Protocol):
 class TaskContext:
     """What a handler knows about the task it runs, and how it talks back while running."""
 
-    __slots__ = ("_asks", "_cancelled", "_durable", "_event", "_forager", "_future",
+    __slots__ = ("_asks", "_cancelled", "_durable", "_ended", "_event", "_forager", "_future",
                  "_retry_on", "_run", "_steps", "attempt", "capability", "deadline", "ref",
                  "task_id")
 
@@ -56,6 +56,7 @@ class TaskContext:
         self._durable = False  # its handler's asks are durable (@forager.task(durable=True))
         self._steps: Steps | None = None  # its durable steps, made on the first
         self._retry_on: tuple[type[BaseException], ...] = ()  # its handler's retry_on
+        self._ended = False  # its handler's run ended (its outcome is on its way)
 
     # -- durable steps (docs/durable.md) -----------------------------------------------
 
@@ -66,6 +67,10 @@ class TaskContext:
         self._steps.retry_on = self._retry_on
 
     def _durable_steps(self) -> Steps:
+        if self._ended:
+            raise ConfigError(f"a durable step of task {self.task_id} after its handler's "
+                              "run ended (from a thread or task it left running?): steps "
+                              "belong inside the handler's call")
         st = self._steps
         if st is None:
             st = self._steps = Steps(self._forager, self.ref, self.task_id, None)

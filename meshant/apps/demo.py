@@ -47,16 +47,23 @@ def run_demo(foragers: int = 3, tasks: int = 300, as_json: bool = False) -> bool
         endpoint = ready["router"]
         say(f"queen up at {endpoint}")
         fprocs = []
-        for i in range(foragers):
+        names = iter(range(1, 1000))
+
+        def spawn_forager() -> Any:
             fp = _procs.spawn(["forager", "--queen", endpoint, "--slots", "4",
-                               "--name", f"demo-forager-{i + 1}", "--json"])
+                               "--name", f"demo-forager-{next(names)}", "--json",
+                               "--app", "meshant.apps.demo_agent:forager"])
             procs.append(fp)
-            fprocs.append(fp)
+            return fp
+        fprocs = [spawn_forager() for _ in range(foragers)]
         for fp in fprocs:
             _procs.read_json_line(fp, 20)
         say(f"{foragers} foragers joined (4 slots each)")
         client = Client(endpoint, timeout=10)
-        report.update(_workload(client, tasks, foragers, say))
+
+        def respawn() -> None:
+            _procs.read_json_line(spawn_forager(), 20)
+        report.update(_workload(client, tasks, foragers, say, respawn, journal_dir))
         st = client.status()
         report["counters"] = st["counters"]
         report["ok"] = bool(report["checks_passed"])
@@ -81,10 +88,11 @@ def _took(latencies: list[float], sent: float, _future: object) -> None:
     latencies.append(time.monotonic() - sent)
 
 
-def _workload(client: Client, tasks: int, foragers: int, say: Any) -> dict[str, Any]:
+def _workload(client: Client, tasks: int, foragers: int, say: Any,
+              respawn: Any = None, workdir: str = "") -> dict[str, Any]:
     rng = random.Random(7)
     checks: dict[str, bool] = {}
-    total = tasks + 1 + 1 + foragers * 2
+    total = tasks + 1 + 1 + 1 + foragers * 2
     bar_ctx = (click.progressbar(length=total, label="demo", file=sys.stderr)
                if sys.stderr.isatty() else None)
     bar = bar_ctx.__enter__() if bar_ctx is not None else None
@@ -129,7 +137,15 @@ def _workload(client: Client, tasks: int, foragers: int, say: Any) -> dict[str, 
             say(f"fail: reported as {e.remote_type}: {e.message}")
         tick()
 
-        # 4. Kill a forager in the middle of its work: its tasks move on, each runs once.
+        # 4. A durable agent whose forager is killed mid-loop: its re-run replays the
+        # model calls it recorded, and makes only the rest.
+        durable = _durable_agent(client, workdir or tempfile.gettempdir(), say)
+        checks["durable"] = durable["rerun_completed"] == 0 and durable["ok"]
+        if respawn is not None:
+            respawn()  # (the colony keeps its size for what follows)
+        tick()
+
+        # 5. Kill a forager in the middle of its work: its tasks move on, each runs once.
         sleeps = [client.submit("sleep", {"seconds": 1.5, "n": n}) for n in range(foragers * 2)]
         victim = _victim(client, sleeps)
         if victim is not None:
@@ -148,10 +164,46 @@ def _workload(client: Client, tasks: int, foragers: int, say: Any) -> dict[str, 
         if bar_ctx is not None:
             bar_ctx.__exit__(None, None, None)
     lat = summary([x * 1000 for x in latencies])
-    return {"checks": checks, "checks_passed": all(checks.values()),
+    return {"checks": checks, "checks_passed": all(checks.values()), "durable": durable,
             "echo_tasks": tasks, "echo_seconds": round(t_echo, 3),
             "echo_per_second": round(tasks / t_echo, 1),
             "echo_latency_ms": {k: round(v, 3) for k, v in lat.items()}}
+
+
+def _durable_agent(client: Client, workdir: str, say: Any, steps: int = 8) -> dict[str, Any]:
+    """Kill the forager of a durable agent once three of its steps are journaled; the
+    agent finishes elsewhere with none of its completed steps made again."""
+    log = os.path.join(workdir, "agent-steps.log")
+    fut = client.submit("agent", {"steps": steps, "seconds": 0.1, "log": log})
+    deadline = time.monotonic() + 20
+    st: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        st = client.task_status(fut.task_id)
+        if len(st.get("steps") or []) >= 3 and st.get("forager"):
+            break
+        time.sleep(0.02)
+    journaled = len(st.get("steps") or [])
+    victim = next((rec for rec in client.status()["foragers"]
+                   if rec["name"] == st.get("forager") and rec.get("pid")), None)
+    if victim is None:
+        return {"ok": False, "rerun_completed": -1}
+    os.kill(int(victim["pid"]), signal.SIGKILL)
+    say(f"agent: killed {victim['name']} (pid {victim['pid']}) after {journaled} of its "
+        f"{steps} model calls were journaled")
+    out = fut.result(60)
+    ran: dict[int, int] = {}
+    with open(log) as f:
+        for line in f:
+            task, i, _ = line.split()
+            if task == fut.task_id:
+                ran[int(i)] = ran.get(int(i), 0) + 1
+    again = sum(1 for i in range(journaled) if ran.get(i, 0) > 1)
+    in_flight = sum(1 for i in range(journaled, steps) if ran.get(i, 0) > 1)
+    say(f"agent: finished on attempt {out['attempt']}: {again} completed steps run again, "
+        f"{in_flight} in flight at the kill run again")
+    return {"ok": out["thoughts"] == steps and all(ran.get(i) for i in range(steps)),
+            "rerun_completed": again, "journaled_at_kill": journaled,
+            "in_flight_rerun": in_flight}
 
 
 def _victim(client: Client, futs: list[Any]) -> tuple[str, int] | None:

@@ -18,7 +18,9 @@ def demo(foragers: int, tasks: int, as_json: bool) -> None:
     """Run a local colony doing real work: a queen and foragers as subprocesses.
 
     Runs a mixed workload (echo at mixed priorities, a streamed result, sleeps, a
-    failure, and a forager killed mid-task whose work moves on), prints a summary with
+    failure, a durable agent whose forager is killed mid-loop and whose re-run makes
+    none of its journaled steps again, and a forager killed mid-task whose work moves
+    on), prints a summary with
     latency percentiles, stops everything it started and exits 0 on success.
     """
     from meshant.apps.demo import run_demo
