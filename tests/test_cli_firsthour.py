@@ -249,6 +249,8 @@ BAD_INPUT: list[tuple[str, list[str], str]] = [
     ("dlq purge", ["--queen", "QUEEN", "no-such-task"], "no dead letter"),
     ("tasks", ["--queen", "QUEEN", "--state", "nonsense"], "--state"),
     ("task", ["--queen", "QUEEN", "--journal", "/no/such.db", "x"], "no journal"),
+    ("replay", ["--queen", "QUEEN", "--app", "tests.durable_app:nothing", "x"],
+     "no attribute 'nothing'"),
     ("journal verify", ["--journal", "/no/such.db"], "no journal"),
     ("keys generate", ["/proc/no/such", "--name", "k"], "cannot write the keys"),
     ("discover", ["--timeout", "-1"], "--timeout"),
