@@ -14,12 +14,14 @@ attachments (:mod:`meshant.actors.attach`). ``AsyncClient``
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import zmq
@@ -35,6 +37,7 @@ from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
 from meshant.core.peers import client_session as cs_
 from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.link import Item
+from meshant.core.tasks import delays
 from meshant.errors import (
     BadInput,
     MeshantError,
@@ -68,6 +71,39 @@ class SubmitOptions(TypedDict, total=False):
     retry_base: float | None
     retry_cap: float | None
     retry_on: Iterable[str | type[BaseException]] | bool | None
+    at: datetime | float | None
+    after: float | timedelta | str | None
+
+
+def _delay_fields(at: datetime | float | None, after: float | timedelta | str | None
+                  ) -> dict[str, float]:
+    """``at``/``after`` as the wire carries them (core/tasks/delays.py); BadInput, one
+    line, for what is not a time or a duration."""
+    if at is not None and after is not None:
+        raise BadInput("submit takes at= (a time) or after= (a duration), not both")
+    if at is not None:
+        if isinstance(at, datetime):
+            return {"at": at.timestamp()}  # (a naive datetime is local time)
+        if at.__class__ in (int, float) and math.isfinite(at) and at >= 0:
+            return {"at": float(at)}
+        raise BadInput(f"at= is a datetime or wall-clock seconds since 1970, not {at!r}")
+    if after is None:
+        return {}
+    try:
+        if isinstance(after, timedelta):
+            seconds = after.total_seconds()
+        elif isinstance(after, str):
+            seconds = delays.parse_duration(after)
+        elif after.__class__ in (int, float):
+            seconds = float(after)
+        else:
+            raise ValueError(f"after= is seconds, a timedelta or a duration ('5m'), not "
+                             f"{after!r}")
+        if not 0 <= seconds <= delays.MAX_DELAY:
+            raise ValueError(f"after= is 0 to 366 days, not {seconds!r} s")
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    return {"after": seconds} if seconds > 0 else {}
 
 
 def _retry_names(retry_on: Iterable[str | type[BaseException]] | bool) -> list[str]:
@@ -351,6 +387,8 @@ class Client(Peer):
         retry_base: float | None = None,
         retry_cap: float | None = None,
         retry_on: Iterable[str | type[BaseException]] | bool | None = None,
+        at: datetime | float | None = None,
+        after: float | timedelta | str | None = None,
     ) -> TaskFuture[Any]:
         """Submit a task; the future resolves to its result or raises a MeshantError.
         ``capability``: its name, or a handler decorated with ``@forager.task`` (then
@@ -370,6 +408,10 @@ class Client(Peer):
         lease is retried while ``max_attempts`` last). ``retry_on`` retries handler
         exceptions too: exception classes or their names (``["TimeoutError"]``), or
         ``True`` for any; the handler's own ``retry_on`` is honoured as well.
+
+        ``at`` (a datetime, or wall-clock seconds) or ``after`` (seconds, a timedelta, or
+        ``"5m"``, ``"1h30m"``) delays the task: the queen journals it and starts it no
+        earlier (on its own clock); until then it is ``delayed``, and can be cancelled.
         """
         if self._died is not None:
             raise self._died
@@ -404,6 +446,8 @@ class Client(Peer):
             body["retry_cap"] = retry_cap
         if retry_on:
             body["retry_on"] = _retry_names(retry_on)
+        if at is not None or after is not None:
+            body.update(_delay_fields(at, after))
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         tp = tracing.current()
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])

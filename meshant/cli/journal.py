@@ -21,7 +21,7 @@ from meshant.cli._options import JSON_OPT, Connection, client_options, error_tex
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
-STATES = ("queued", "assigned", "accepted", "input-required", "completed", "failed",
+STATES = ("delayed", "queued", "assigned", "accepted", "input-required", "completed", "failed",
           "cancelled")
 # What `meshant status` and the dashboard count as running: on a forager, its slot held.
 RUNNING = ("assigned", "accepted", "input-required")
@@ -120,9 +120,9 @@ def tasks(conn: Connection, journal: str | None, state: str | None, capability: 
         rows = sorted(rows, key=lambda r: r["created"], reverse=True)[:limit]
     for r in rows:
         if as_json:
-            click.echo(json.dumps({k: r[k] for k in ("id", "capability", "state", "attempt",
-                                                     "forager", "client_name", "priority",
-                                                     "created", "updated")}))
+            click.echo(json.dumps({k: r.get(k) for k in (
+                "id", "capability", "state", "attempt", "forager", "client_name", "priority",
+                "created", "updated", "not_before")}))
         else:
             click.echo(f"{r['id']:24} {r['state']:10} {r['capability']:16} attempt "
                        f"{r['attempt']}  {r['forager'] or '-'}")
@@ -145,11 +145,15 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
     if t is None:
         raise click.ClickException(f"no task {task_id!r} in {j.path}")
     if as_json:
-        click.echo(json.dumps({"id": t["id"], "state": t["state"], "events": t["events"],
+        click.echo(json.dumps({"id": t["id"], "state": t["state"],
+                               "not_before": t.get("not_before"), "events": t["events"],
                                "final": t["final"], "problems": problems},
                               default=jsonable))
     else:
-        click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}")
+        click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}"
+                   + (" until " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(
+                       t["not_before"])) if t["state"] == "delayed" and t.get("not_before")
+                      else ""))
         t0 = t["events"][0]["ts"] if t["events"] else 0.0
         for e in t["events"]:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))

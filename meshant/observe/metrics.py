@@ -96,6 +96,9 @@ class _Collector:
         yield GaugeMetricFamily("meshant_tasks_queued", "Tasks queued (all capabilities, "
                                 "those waiting out a retry backoff included).",
                                 value=s["queued"])
+        yield GaugeMetricFamily("meshant_tasks_delayed", "Tasks delayed: not to start before "
+                                "a time (submit at=/after=), in no queue yet.",
+                                value=s.get("delayed", 0))
         yield GaugeMetricFamily("meshant_tasks_running", "Attempts in flight on foragers.",
                                 value=s["running"])
         g = GaugeMetricFamily("meshant_foragers", "Foragers by state (offline: the recently "

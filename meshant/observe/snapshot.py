@@ -248,6 +248,7 @@ class Observer:
             "slots_free": slots_free,
             "running": in_flight,
             "queued": queued_total,
+            "delayed": sched.delayed,
             "queues": queued_by,
             "submitted": dict(submitted),
             "completed": dict(caps.completed),

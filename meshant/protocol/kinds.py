@@ -56,7 +56,7 @@ KINDS: tuple[Kind, ...] = (
          (_f("capability", str, True), _f("payload", _ANY), _f("priority", int),
           _f("timeout", _NUM), _f("to", str), _f("labels", dict), _f("max_attempts", int),
           _f("wait", _NUM), _f("ack", bool), _f("key", str), _f("retry_base", _NUM),
-          _f("retry_cap", _NUM), _f("retry_on", list))),
+          _f("retry_cap", _NUM), _f("retry_on", list), _f("at", _NUM), _f("after", _NUM))),
     Kind("task.submitted", 11, "queen acknowledges a submission",
          (_f("task", str, True), _f("original", str))),
     Kind("task.assign", 12, "queen assigns a task graph node to a forager",
@@ -78,7 +78,7 @@ KINDS: tuple[Kind, ...] = (
           _f("attempt", int), _f("n", int))),
     Kind("task.status", 18, "ask for the state of one task", (_f("task", str, True),)),
     Kind("task.state", 19, "the state of one task",
-         (_f("task", str, True), _f("state", str, True))),
+         (_f("task", str, True), _f("state", str, True), _f("not_before", _NUM))),
     Kind("task.batch", 20, "several task.result bodies (and task.progress ones, negotiated: "
          "batch.progress) in one message (negotiated: batch)",
          (_f("results", list, True),)),

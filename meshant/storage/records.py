@@ -24,9 +24,9 @@ _BLOB_EXT = 2
 COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
         "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap",
-        "retry_on", "parent", "wake")
+        "retry_on", "parent", "wake", "not_before")
 # Columns a journal may lack (added in place since; read as NULL from one opened read-only).
-ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB"}
+ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB", "not_before": "REAL"}
 SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
 # An upsert both SQLite (3.24+) and PostgreSQL read the same way.
 INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
@@ -116,7 +116,8 @@ class TaskLog:
                                   t.submitted + to_wall, now, final, t.key, int(t.dead),
                                   t.retry_base, t.retry_cap,
                                   pack(list(t.retry_on)) if t.retry_on else None,
-                                  t.parent, pack(t.wake) if t.wake is not None else None))
+                                  t.parent, pack(t.wake) if t.wake is not None else None,
+                                  t.not_before))
                 if t.final is not None and not t.dead:
                     t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:

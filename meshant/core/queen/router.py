@@ -377,6 +377,7 @@ class QueenCore:
             "clients": sum(1 for n in peers if n.role == "client"),
             "queues": sched.depths(),
             "queued": sched.queued,
+            "delayed": sched.delayed,  # (core/tasks/delays.py: not in "queued")
             "running": sum(f["in_flight"] for f in foragers),
             "counters": dict(st.counters),
             "role": "standby" if st.standby is not None else "leader",

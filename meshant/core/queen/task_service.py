@@ -18,6 +18,7 @@ from meshant.core.journal.defer import Deferral
 from meshant.core.queen.outbox import Remember
 from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
+from meshant.core.tasks import delays
 from meshant.core.tasks.checks import options_problem, progress_problem, result_problem
 from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, Verdict, revive
 from meshant.core.tasks.steps import INLINE_BYTES, child_id, record_problem, size_of
@@ -145,7 +146,10 @@ class TaskService:
         if known is not None:
             self._resubmitted(req, known)
             return
-        problem = options_problem(body)
+        problem = options_problem(body) or delays.delay_problem(body)
+        not_before = delays.not_before(body, st.wall(now)) if problem is None else None
+        if not_before is not None:
+            problem = delays.too_far(not_before, st.wall(now))
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return
@@ -161,8 +165,9 @@ class TaskService:
         task = self._task(msg.id, body["capability"], body.get("payload"), body, req.identity,
                           node.name)
         task.key = key
+        task.not_before = not_before  # a delayed task is journaled at once (no defer)
         task.defer = (key is None and req.codec == BINARY and node.role == "client"
-                      and not body.get("ack"))
+                      and not body.get("ack") and not_before is None)
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:
@@ -530,6 +535,8 @@ class TaskService:
             body["parent"] = task.parent
         if task.wake is not None:
             body["waiting"] = task.wake
+        if task.not_before is not None:
+            body["not_before"] = task.not_before  # (wall clock; delayed until then)
         reply = p.Message("task.state", body, ref=req.msg.id)
         if task.final is not None and task.client_name == node.name:
             body["final"] = task.final  # lets a reconnected submitter collect a result it missed

@@ -37,6 +37,7 @@ from meshant.core.lifecycle import (
 )
 from meshant.core.nodes.registry import ACTIVE, OFFLINE, Node, Registry
 from meshant.core.policy import Backoff
+from meshant.core.tasks import delays
 from meshant.core.tasks.breakers import Breakers
 from meshant.core.tasks.dead_letters import DeadLetters
 from meshant.core.tasks.model import (
@@ -44,6 +45,7 @@ from meshant.core.tasks.model import (
     ASSIGNED,
     CANCELLED,
     COMPLETED,
+    DELAYED,
     FAILED,
     FINAL,
     INPUT_REQUIRED,
@@ -108,7 +110,7 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
                 retry_on=tuple(r.get("retry_on") or ()) or None,
-                parent=r.get("parent"), wake=r.get("wake"))
+                parent=r.get("parent"), wake=r.get("wake"), not_before=r.get("not_before"))
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -151,6 +153,7 @@ class Scheduler:
         self.dead = DeadLetters()
         self.dlq = self.dead.tasks
         self.queued = 0  # queued tasks, those in a retry backoff included
+        self.delayed = 0  # delayed tasks (core/tasks/delays.py): in no queue yet
         # The colony's counters (one namespace, each name declared by its owner once).
         self.counters = counters if counters is not None else Counters()
         self.counters.declare("scheduler", *COUNTERS)
@@ -233,7 +236,10 @@ class Scheduler:
 
     def _finish(self, task: Task, state: TaskState, now: float, body: dict[str, Any]) -> None:
         """Make ``task`` final and emit its one and only final result."""
-        if task.state == QUEUED:
+        if task.state == DELAYED:
+            self.delayed -= 1
+            self.timers.unset(task, "delay")
+        elif task.state == QUEUED:
             self.queued -= 1
             if not task.retry_timer:
                 # Its queue entry stays behind, stale, until the queue is compacted.
@@ -334,21 +340,28 @@ class Scheduler:
         if task.id in self.tasks:
             # Two live tasks of one id would both run and both be journaled: a bug.
             raise RuntimeError(f"task {task.id} exists already")
-        if self.queued >= self.max_queue:
-            raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
+        if self.queued + self.delayed >= self.max_queue:
+            raise QueueFull(f"the queue holds {self.queued + self.delayed} tasks, its limit")
         task.order = next(self._order)
         task.submitted = now
         slim(task)
+        first, why = QUEUED, "submitted"
+        if task.not_before is not None and task.not_before - self.to_wall > now:
+            first = task.state = DELAYED  # (core/tasks/delays.py)
+            why = f"submitted, {delays.describe(task.not_before)}"
         if task.history:
-            task.history.append((now, QUEUED, "submitted"))
+            task.history.append((now, first, why))
         else:
-            task.history = [(now, QUEUED, "submitted")]  # exactly sized
+            task.history = [(now, first, why)]  # exactly sized
         if self.track_changes:
             self.changed[task.id] = task
         self.tasks[task.id] = task
         if task.key is not None:
             self.by_key[task.key] = task.id
         self.counters["submitted"] += 1
+        if first == DELAYED:
+            self._delay(task, now)
+            return task
         if task.timeout is not None:
             task.deadline = now + task.timeout
             self.timers.set(task.deadline, task, "deadline")
@@ -767,6 +780,9 @@ class Scheduler:
                         due = att.lease
             self._lease_due = due
         for task, what in self.timers.due(now):
+            if what == "delay":
+                self._release(task, now)
+                continue
             if what == "wake":
                 self.wake(task, now, "its sleep ended")
                 continue
@@ -815,6 +831,24 @@ class Scheduler:
                 continue
             return True
         return False
+
+    # -- delayed tasks (the rules: core/tasks/delays.py) ----------------------------------
+
+    def _delay(self, task: Task, now: float) -> None:
+        """Hold a delayed task out of its queue until its ``not_before`` (wall clock)."""
+        self.delayed += 1
+        when = task.not_before if task.not_before is not None else now + self.to_wall
+        self.timers.set(delays.due(when, self.to_wall, now), task, "delay")
+
+    def _release(self, task: Task, now: float) -> None:
+        """A delayed task's time came: it joins its queue, its timeout and its wait for a
+        capable forager start now."""
+        self.delayed -= 1
+        self._move(task, TaskEvent.RELEASE, now, "its time came")
+        if task.timeout is not None:
+            task.deadline = now + task.timeout
+            self.timers.set(task.deadline, task, "deadline")
+        self._enqueue(task, now)
 
     # -- assignment -----------------------------------------------------------------------
 
@@ -953,8 +987,14 @@ class Scheduler:
                 self.by_key[task.key] = task.id
             unfinished += 1
             self.tasks[task.id] = task
+            if task.state == DELAYED:
+                self._delay(task, now)  # its time is journaled: it waits for it again
+                continue
             if task.timeout is not None:
-                task.deadline = task.submitted + task.timeout
+                # (A delayed task's run-time limit counts from its release.)
+                start = task.submitted if task.not_before is None else max(
+                    task.submitted, task.not_before - self.to_wall)
+                task.deadline = start + task.timeout
                 self.timers.set(task.deadline, task, "deadline")
             if task.state == QUEUED:
                 self._enqueue(task, now)
