@@ -586,10 +586,28 @@ class SimQueen:
                                      f" (priority {better.priority}) waited for it")
                 if is_graph_node(task.id):
                     self._check_graph_node(core, task.id)
+                self._check_delay(core, task)
         for node, runs in sched.running.items():
             if len(runs) > node.slots:
                 self.ledger.fail("slots", f"{len(runs)} tasks in flight to {node.name}, "
                                  f"which has {node.slots} slots")
+
+    def _check_delay(self, core: QueenCore, task: Task) -> None:
+        """A delayed task never starts before its time: on the assigning queen's own wall
+        clock, never before the ``not_before`` it journaled; in virtual time, never
+        before its due time, less what the processes' clocks may disagree by."""
+        now = self.clock.now
+        if task.not_before is not None and core.state.wall(now) < task.not_before - 1e-6:
+            self.ledger.fail("delay-kept", f"{task.id} was assigned at {core.state.wall(now):.3f}"
+                             f" on {self.life}'s wall clock, before its not_before "
+                             f"{task.not_before:.3f}")
+        sub = self.ledger.submissions.get(task.id)
+        virtual = self.net.clock.now
+        if sub is not None and sub.due is not None and \
+                virtual < sub.due - self.ledger.delay_slack:
+            self.ledger.fail("delay-kept", f"{task.id} was assigned at {virtual:.3f}, before "
+                             f"its time {sub.due:.3f} (less {self.ledger.delay_slack:.3f} s "
+                             "the clocks may disagree by)")
 
     def _check_graph_node(self, core: QueenCore, task_id: str) -> None:
         where = graph_node_of(task_id)

@@ -40,6 +40,7 @@ class Profile:
     attaches: float = 0.5  # a run where another client follows tasks
     swarm: bool = True
     big: float = 0.05  # a run of hundreds of tasks
+    delays: float = 0.3  # a run with delayed tasks (at=/after=)
 
     def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: Any) -> Profile:
         """This profile with only these faults, at least ``faults[0]`` of them."""
