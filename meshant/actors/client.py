@@ -73,6 +73,7 @@ class SubmitOptions(TypedDict, total=False):
     retry_on: Iterable[str | type[BaseException]] | bool | None
     at: datetime | float | None
     after: float | timedelta | str | None
+    concurrency: tuple[str, int] | None
 
 
 def _delay_fields(at: datetime | float | None, after: float | timedelta | str | None
@@ -389,6 +390,7 @@ class Client(Peer):
         retry_on: Iterable[str | type[BaseException]] | bool | None = None,
         at: datetime | float | None = None,
         after: float | timedelta | str | None = None,
+        concurrency: tuple[str, int] | None = None,
     ) -> TaskFuture[Any]:
         """Submit a task; the future resolves to its result or raises a MeshantError.
         ``capability``: its name, or a handler decorated with ``@forager.task`` (then
@@ -412,6 +414,10 @@ class Client(Peer):
         ``at`` (a datetime, or wall-clock seconds) or ``after`` (seconds, a timedelta, or
         ``"5m"``, ``"1h30m"``) delays the task: the queen journals it and starts it no
         earlier (on its own clock); until then it is ``delayed``, and can be cancelled.
+
+        ``concurrency=(key, n)``: at most ``n`` tasks submitted with ``key`` run at once
+        in the colony (the queen's own ``--limit`` rules hold as well); the others wait
+        queued, ``task_status`` saying which limit holds them.
         """
         if self._died is not None:
             raise self._died
@@ -448,6 +454,13 @@ class Client(Peer):
             body["retry_on"] = _retry_names(retry_on)
         if at is not None or after is not None:
             body.update(_delay_fields(at, after))
+        if concurrency is not None:
+            if not (isinstance(concurrency, tuple | list) and len(concurrency) == 2
+                    and isinstance(concurrency[0], str) and 0 < len(concurrency[0]) <= 200
+                    and concurrency[1].__class__ is int and 1 <= concurrency[1] <= 1_000_000):
+                raise BadInput(f"concurrency is (key, n): a key of 1-200 characters and 1 to "
+                               f"1,000,000 tasks at once, not {concurrency!r}")
+            body["concurrency"] = {"key": concurrency[0], "max": concurrency[1]}
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         tp = tracing.current()
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])

@@ -18,6 +18,7 @@ import click
 from click.core import ParameterSource
 
 from meshant.cli._options import JSON_OPT, Connection, client_options, error_text, jsonable
+from meshant.errors import MeshantError
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
@@ -91,6 +92,17 @@ def _open_journal(path: str) -> Any:
         raise click.ClickException(str(e)) from None
 
 
+def _held(conn: Connection, task_id: str) -> str | None:
+    """Which limit holds a queued task, as the running queen says (None: none, or no
+    queen answered)."""
+    try:
+        with conn.client() as client:
+            held = client.task_status(task_id).get("held")
+    except (click.ClickException, MeshantError):
+        return None
+    return str(held) if held else None
+
+
 def _why(state: str, why: str) -> str:
     """A timeline entry's text; a progress report's fraction as a percentage."""
     m = re.match(r"(\d+(?:\.\d+)?)(?:\s|$)", why) if state == "progress" else None
@@ -144,8 +156,10 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
         j.close()
     if t is None:
         raise click.ClickException(f"no task {task_id!r} in {j.path}")
+    if t["state"] == "queued":  # why it waits (a limit) is the running queen's to say
+        t["held"] = _held(conn, task_id)
     if as_json:
-        click.echo(json.dumps({"id": t["id"], "state": t["state"],
+        click.echo(json.dumps({"id": t["id"], "state": t["state"], "held": t.get("held"),
                                "not_before": t.get("not_before"), "events": t["events"],
                                "final": t["final"], "problems": problems},
                               default=jsonable))
@@ -159,6 +173,8 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
             click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} "
                        f"{_why(e['state'], e['why'] or '')}")
+        if t.get("held"):
+            click.echo(f"  {t['held']}")
         err = (t["final"] or {}).get("error") if isinstance(t["final"], dict) else None
         if t["state"] in ("failed", "cancelled") and isinstance(err, dict):
             click.echo(error_text(err))

@@ -155,6 +155,17 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(e)) from None
 
 
+def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
+                 ) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    key, sep, n = value.rpartition("=")
+    if not sep or not key or not n.isdigit() or not 1 <= int(n) <= 1_000_000:
+        raise click.BadParameter(f"{value!r}: write KEY=N, a key and 1 to 1,000,000 tasks "
+                                 "(tenant-a=2)")
+    return key, int(n)
+
+
 def _time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
@@ -191,6 +202,9 @@ def _time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
 @click.option("--at", "delay_at", metavar="ISO-8601", callback=_time,
               help="Start no earlier than this time: 2026-12-24T18:00 (local time), "
                    "...T18:00+01:00, ...T17:00Z.")
+@click.option("--concurrency", "concurrency", metavar="KEY=N", callback=_concurrency,
+              help="At most N tasks submitted with KEY run at once, colony-wide (the "
+                   "queen's --limit rules hold as well); the others wait queued.")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
@@ -204,7 +218,8 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
            timeout: float | None, max_attempts: int | None, to: str | None,
            label_values: tuple[str, ...], wait: float | None, key: str | None,
            retry_base: float | None, retry_on: tuple[str, ...], delay_in: float | None,
-           delay_at: float | None, count: int, stream: bool, no_wait: bool,
+           delay_at: float | None, concurrency: tuple[str, int] | None, count: int,
+           stream: bool, no_wait: bool,
            keep_running: bool, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
     a string payload is JSON too: '"hello"'.
@@ -232,6 +247,8 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
         kw["at"] = delay_at
     if no_wait:
         kw["ack"] = True
+    if concurrency is not None:
+        kw["concurrency"] = concurrency
     if any(not t.strip() for t in retry_on):
         raise click.BadParameter("an exception type's name (or '*' for any)",
                                  param_hint="--retry-on")
@@ -401,6 +418,13 @@ def status(conn: Connection, as_json: bool) -> None:
     for g in st.get("graphs") or []:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(g["counts"].items()))
         click.echo(f"graph {g['graph']} {g['state']}: {g['nodes']} nodes ({counts})")
+    held = [x for x in st.get("limits") or [] if x["waiting"] or x["running"]]
+    if held:
+        click.echo("limits: " + ", ".join(
+            f"{x['limit']}" + (f" {x['key']}" if x["key"] else "")
+            + f" {x['running']}/{x['max']} running" + (f", {x['waiting']} waiting"
+                                                       if x["waiting"] else "")
+            for x in held[:10]))
     if st.get("dead_letters"):
         click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]

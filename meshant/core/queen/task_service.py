@@ -150,6 +150,10 @@ class TaskService:
         not_before = delays.not_before(body, st.wall(now)) if problem is None else None
         if not_before is not None:
             problem = delays.too_far(not_before, st.wall(now))
+        own = body.get("concurrency")
+        if problem is None:  # (a key its limits draw from must be there: limits.py)
+            problem = self.scheduler.limits.problem(body["capability"], body.get("labels")
+                                                    or {}, body.get("payload"), own)
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return
@@ -166,6 +170,8 @@ class TaskService:
                           node.name)
         task.key = key
         task.not_before = not_before  # a delayed task is journaled at once (no defer)
+        if own is not None:
+            task.concurrency = (own["key"], own["max"])
         task.defer = (key is None and req.codec == BINARY and node.role == "client"
                       and not body.get("ack") and not_before is None)
         try:
@@ -537,6 +543,9 @@ class TaskService:
             body["waiting"] = task.wake
         if task.not_before is not None:
             body["not_before"] = task.not_before  # (wall clock; delayed until then)
+        held = self.scheduler.limits.why(task) if task.state == "queued" else None
+        if held is not None:
+            body["held"] = held  # which limit it waits for, and how full it is
         reply = p.Message("task.state", body, ref=req.msg.id)
         if task.final is not None and task.client_name == node.name:
             body["final"] = task.final  # lets a reconnected submitter collect a result it missed

@@ -111,6 +111,8 @@ class Task:
     # the timer that releases it into its queue then.
     not_before: float | None = None
     delay_timer: int = 0
+    # Concurrency limits (core/tasks/limits.py): its submission's own, (key, max).
+    concurrency: tuple[str, int] | None = None
     _watchers: list[tuple[bytes, str, str]] | None = None
 
     @property

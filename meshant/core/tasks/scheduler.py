@@ -40,6 +40,7 @@ from meshant.core.policy import Backoff
 from meshant.core.tasks import delays
 from meshant.core.tasks.breakers import Breakers
 from meshant.core.tasks.dead_letters import DeadLetters
+from meshant.core.tasks.limits import Limits
 from meshant.core.tasks.model import (
     ACCEPTED,
     ASSIGNED,
@@ -110,7 +111,8 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
                 retry_on=tuple(r.get("retry_on") or ()) or None,
-                parent=r.get("parent"), wake=r.get("wake"), not_before=r.get("not_before"))
+                parent=r.get("parent"), wake=r.get("wake"), not_before=r.get("not_before"),
+                concurrency=tuple(r["concurrency"]) if r.get("concurrency") else None)
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -149,6 +151,7 @@ class Scheduler:
         self.running: dict[Node, dict[str, Attempt]] = {}
         self.queues = TaskQueues(self.tasks)
         self.timers = TaskTimers(self.tasks)
+        self.limits = Limits(self.tasks)  # concurrency limits (core/tasks/limits.py)
         self.breakers = Breakers(breaker_threshold, breaker_cooldown)
         self.dead = DeadLetters()
         self.dlq = self.dead.tasks
@@ -228,9 +231,12 @@ class Scheduler:
         if delay > 0 and now is not None:
             # Counted as queued from now; it joins its queue when the backoff ends.
             self.timers.set(now + delay, task, "retry")
+            if self.limits.active:  # (its limits' tokens go to others meanwhile)
+                self._ready(self.limits.release(task))
             return
-        self.queues.push(task)
-        self.dirty = True
+        if not self.limits.active or self.limits.admit(task):
+            self.queues.push(task)  # (else it waits at a full limit: limits.py)
+            self.dirty = True
         if now is not None and not self._anyone_serves(task):
             self._wait_for_forager(task, now)
 
@@ -241,7 +247,7 @@ class Scheduler:
             self.timers.unset(task, "delay")
         elif task.state == QUEUED:
             self.queued -= 1
-            if not task.retry_timer:
+            if not task.retry_timer and task.id not in self.limits.parked:
                 # Its queue entry stays behind, stale, until the queue is compacted.
                 self.queues.left(task)
         timers = self.timers
@@ -249,6 +255,8 @@ class Scheduler:
         timers.unset(task, "wait")
         timers.unset(task, "retry")
         timers.unset(task, "wake")
+        if self.limits.active:
+            self._ready(self.limits.release(task))
         self._move(task, _ENDS[state], now, body.get("error", {}).get("code", "")
                    if state == FAILED else "")
         self.counters[state] += 1
@@ -564,6 +572,8 @@ class Scheduler:
         self.breakers.settled(att.node.name, task.capability)
         w = dict(wait) if isinstance(wait, dict) else {}
         task.wake = w
+        if self.limits.active:  # (a suspended task runs nowhere: its tokens go back)
+            self._ready(self.limits.release(task))
         self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
         self.counters["suspended"] += 1
         self._arm_wake(task, now)
@@ -788,8 +798,9 @@ class Scheduler:
                 continue
             if what == "retry":
                 if task.state == QUEUED:
-                    self.queues.push(task)
-                    self.dirty = True
+                    if not self.limits.active or self.limits.admit(task):
+                        self.queues.push(task)
+                        self.dirty = True
                     if not self._anyone_serves(task):
                         self._wait_for_forager(task, now)
                 continue
@@ -831,6 +842,15 @@ class Scheduler:
                 continue
             return True
         return False
+
+    # -- concurrency limits (the rules: core/tasks/limits.py) -----------------------------
+
+    def _ready(self, tasks: list[Task]) -> None:
+        """Tasks that waited at a limit and have their tokens now: into their queues."""
+        for t in tasks:
+            if t.state == QUEUED and not t.retry_timer:
+                self.queues.push(t)
+                self.dirty = True
 
     # -- delayed tasks (the rules: core/tasks/delays.py) ----------------------------------
 
@@ -1009,6 +1029,8 @@ class Scheduler:
             task.current = att
             self.attempts[att.id] = att
             self.held[att.id] = att
+            if self.limits.active:
+                self.limits.hold(task)  # (perhaps still running: it keeps its tokens)
         self.dirty = True
         return unfinished
 
