@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from meshant.core.tasks import delays
+from meshant.core.tasks import delays, limits
 from meshant.core.tasks import scheduler as scheduler_mod
 from meshant.sim.run import Result, run_seed
 from meshant.sim.weather import DEFAULT, Profile
@@ -50,3 +50,37 @@ def test_mutant_a_restarted_queen_starts_delayed_tasks_at_once(
     monkeypatch.setattr(scheduler_mod.Scheduler, "_delay", _delay)
     _caught(DELAYS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 60,
             "delay-kept")
+
+
+LIMITS = dataclasses.replace(DEFAULT, limits=1.0)
+
+
+@pytest.mark.slow
+def test_mutant_a_limit_lets_one_more_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The off-by-one: a slot counts as full only past its max.
+    real = limits.Limits.max_of
+    monkeypatch.setattr(limits.Limits, "max_of", lambda self, slot: real(self, slot) + 1)
+    real_slots = limits.Limits.slots_of
+
+    def slots_of(self: Any, task: Any) -> list[tuple[Any, int]]:
+        return [(s, n + 1) for s, n in real_slots(self, task)]
+    monkeypatch.setattr(limits.Limits, "slots_of", slots_of)
+    _caught(LIMITS, 20, "limit-running")
+
+
+@pytest.mark.slow
+def test_mutant_a_freed_token_wakes_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A task's end gives its token back but lets no waiting task of its key go on: the
+    # key starves (until another of its tasks happens to be admitted).
+    monkeypatch.setattr(limits.Limits, "_wake", lambda self, slot, out: None)
+    _caught(LIMITS, 20, "limit-fair")
+
+
+@pytest.mark.slow
+def test_mutant_a_restarted_queen_forgets_what_runs_holds_tokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A queen taking tasks back from the journal gives the running ones no tokens: queued
+    # tasks of their keys start beside them.
+    monkeypatch.setattr(limits.Limits, "hold", lambda self, task: None)
+    _caught(LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 60,
+            "limit-running")

@@ -12,18 +12,20 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from meshant import protocol as p
 from meshant.actors._reads import answer
 from meshant.core.journal.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
+from meshant.core.lifecycle import TaskState
 from meshant.core.nodes.registry import Node
 from meshant.core.queen import outbox
 from meshant.core.queen.carry import carry_out
 from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
+from meshant.core.tasks.limits import Rule, parse_rules
 from meshant.core.tasks.model import QUEUED, Task, graph_node_of, is_graph_node
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
@@ -88,6 +90,7 @@ class SimQueen:
         database); neither: no journal."""
         self.name = name
         self.config = config
+        self._rules: list[Rule] | None = None  # its concurrency limits, parsed once
         self.clock = clock
         self.net = net
         self.ledger = ledger
@@ -396,6 +399,7 @@ class SimQueen:
         core.end_turn(now)
         actions = core.take()
         self._check_assigns(core, actions)
+        self._check_limits(core)
         self._check_bounds(core)
         self._check_updates(core)
         self._carry_out(core, actions)
@@ -579,7 +583,8 @@ class SimQueen:
                     self.ledger.fail("attempts-bounded", f"{b['task']} was assigned again "
                                      f"after {task.tries} failed tries of its "
                                      f"{task.max_attempts}")
-                better = _better_queued(sched.tasks.values(), task, node)
+                better = _better_queued(sched.tasks.values(), task, node,
+                                        sched.limits.parked)
                 if better is not None:
                     self.ledger.fail("priority-order", f"{b['task']} (priority "
                                      f"{task.priority}) went to {node.name} while {better.id}"
@@ -608,6 +613,39 @@ class SimQueen:
             self.ledger.fail("delay-kept", f"{task.id} was assigned at {virtual:.3f}, before "
                              f"its time {sub.due:.3f} (less {self.ledger.delay_slack:.3f} s "
                              "the clocks may disagree by)")
+
+    def _check_limits(self, core: QueenCore) -> None:
+        """Never more tasks running than a concurrency limit allows (counted here from the
+        rules and the tasks, not from the limiter's books), and no task held back at a
+        limit that has room (a key starved)."""
+        sched = core.scheduler
+        lim = sched.limits
+        if not lim.active:
+            return
+        rules = self._rules
+        if rules is None:
+            rules = self._rules = parse_rules(self.config.limits)
+        running: dict[tuple[str, str], int] = {}
+        most: dict[tuple[str, str], int] = {}
+        # (Every running task has a current attempt: on its forager, or held for it.)
+        live = {att.task.id: att.task for runs in sched.running.values()
+                for att in runs.values()}
+        live.update((att.task.id, att.task) for att in sched.held.values())
+        for t in live.values():
+            if t.state not in _RUNNING or t.id not in sched.tasks:
+                continue
+            for name, key, n in _limits_of(rules, t):
+                running[(name, key)] = running.get((name, key), 0) + 1
+                most[(name, key)] = n
+        for (name, key), n in running.items():
+            if n > most[(name, key)]:
+                self.ledger.fail("limit-running", f"{n} tasks of {name} key {key!r} run at "
+                                 f"once on {self.life}, over its {most[(name, key)]}")
+        for task_id, slot in lim.parked.items():
+            if lim.taken.get(slot, 0) < lim.max_of(slot):
+                self.ledger.fail("limit-fair", f"{task_id} waits at {lim.slot_text(slot)}, "
+                                 f"which has room ({lim.taken.get(slot, 0)} of "
+                                 f"{lim.max_of(slot)} taken)")
 
     def _check_graph_node(self, core: QueenCore, task_id: str) -> None:
         where = graph_node_of(task_id)
@@ -689,11 +727,33 @@ class _SimQueenPort:
         pass
 
 
-def _better_queued(tasks: Iterable[Task], task: Task, node: Node) -> Task | None:
-    """A task still queued for ``node`` that should have left before ``task``."""
+_RUNNING = frozenset({TaskState.ASSIGNED, TaskState.ACCEPTED, TaskState.INPUT_REQUIRED})
+
+
+def _limits_of(rules: list[Rule], t: Task) -> list[tuple[str, str, int]]:
+    """(limit, key, max) of each concurrency limit a task falls under, read afresh."""
+    out: list[tuple[str, str, int]] = []
+    if t.concurrency is not None:
+        out.append(("concurrency", t.concurrency[0], t.concurrency[1]))
+    for r in rules:
+        if r.capability not in ("*", t.capability):
+            continue
+        if r.source is None:
+            out.append((r.text, "", r.max))
+            continue
+        src = t.labels if r.source == "labels" else t.payload
+        if isinstance(src, dict) and src.get(r.field or "") is not None:
+            out.append((r.text, str(src[r.field or ""]), r.max))
+    return out
+
+
+def _better_queued(tasks: Iterable[Task], task: Task, node: Node,
+                   held: Container[str] = ()) -> Task | None:
+    """A task still queued for ``node`` that should have left before ``task`` (``held``:
+    those a concurrency limit holds back)."""
     for u in tasks:
         if (u.state != QUEUED or u.capability != task.capability or u.retry_timer
-                or (u.priority, u.order) >= (task.priority, task.order)):
+                or (u.priority, u.order) >= (task.priority, task.order) or u.id in held):
             continue
         if u.to is not None and u.to != node.name:
             continue

@@ -113,7 +113,18 @@ class Colony:
         self.disk = sqlite3.connect(":memory:", isolation_level=None)
         store = LeaseStore(2.0, self.ledger) if self.failover else None
         self.store = store
-        cfg = config()
+        # Concurrency limits: from a stream of their own, as the delays.
+        lrng = self.stream("limits")
+        self.limits: list[str] = []
+        if lrng.random() < profile.limits:
+            self.limits.append(f"echo:payload.tenant={lrng.randint(1, 3)}")
+            if lrng.random() < 0.5:
+                self.limits.append(f"echo={lrng.randint(3, 6)}")
+            if lrng.random() < 0.3:
+                self.limits.append("*:payload.tenant=3")
+        self.own_limits = bool(self.limits) and lrng.random() < 0.5
+        self.tenants = lrng
+        cfg = config(limits=tuple(self.limits))
 
         def own_clock() -> ProcessClock:
             d, k = weather.drift, weather.skew
@@ -240,6 +251,11 @@ class Colony:
                     options["after"] = wait
                 else:  # (a wall-clock time, as the client's own clock reads it)
                     options["at"] = WALL + getattr(c.clock, "skew", 0.0) + due
+            if self.limits:  # (every task names its tenant; some bring a limit of theirs)
+                tenant = self.tenants.choice("abcd")
+                payload["tenant"] = tenant
+                if self.own_limits and self.tenants.random() < 0.3:
+                    options["concurrency"] = {"key": f"own-{tenant}", "max": 1}
             if not c.alive:
                 return
             # (Ids of the workload's own: a run shrunk to fewer faults, whose hellos use

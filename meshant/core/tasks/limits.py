@@ -232,13 +232,13 @@ class Limits:
             self._wake(slot, out)
         return out
 
-    def _max(self, slot: Slot) -> int:
+    def max_of(self, slot: Slot) -> int:
         return self.own_max.get(slot[1], 1) if slot[0] < 0 else self.rules[slot[0]].max
 
     def _wake(self, slot: Slot, out: list[Task]) -> None:
         """Let the slot's waiting tasks take its free tokens, best first."""
         heap = self.waiting.get(slot)
-        most = self._max(slot)
+        most = self.max_of(slot)
         while heap and self.taken.get(slot, 0) < most:
             _, order, task_id = heapq.heappop(heap)
             task = self.tasks.get(task_id)
@@ -259,7 +259,7 @@ class Limits:
         if slot is None:
             return None
         return (f"waits for concurrency limit {self.slot_text(slot)}: "
-                f"{self.taken.get(slot, 0)} of {self._max(slot)} running")
+                f"{self.taken.get(slot, 0)} of {self.max_of(slot)} running")
 
     def slot_text(self, slot: Slot) -> str:
         i, key = slot
@@ -278,7 +278,7 @@ class Limits:
         slots = sorted(set(taken) | set(waiting),
                        key=lambda s: (-waiting.get(s, 0), -taken.get(s, 0), s))[:most]
         return [{"limit": self.rules[s[0]].text if s[0] >= 0 else "concurrency",
-                 "key": s[1], "running": taken.get(s, 0), "max": self._max(s),
+                 "key": s[1], "running": taken.get(s, 0), "max": self.max_of(s),
                  "waiting": waiting.get(s, 0)} for s in slots]
 
 

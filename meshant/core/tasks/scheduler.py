@@ -993,6 +993,7 @@ class Scheduler:
         Other final tasks stay on disk, read when asked for (``core/journal/archive.py``)."""
         self.to_wall = wall_now - now
         unfinished = 0
+        queued: list[Task] = []
         for r in rows:
             if r["final"] is not None and not r.get("dead"):
                 continue  # finished: the journal keeps it
@@ -1017,7 +1018,7 @@ class Scheduler:
                 task.deadline = start + task.timeout
                 self.timers.set(task.deadline, task, "deadline")
             if task.state == QUEUED:
-                self._enqueue(task, now)
+                queued.append(task)  # (after the running ones took their limits' tokens)
                 continue
             if task.state == SUSPENDED:
                 continue  # armed once its steps are back (restore_steps)
@@ -1031,6 +1032,8 @@ class Scheduler:
             self.held[att.id] = att
             if self.limits.active:
                 self.limits.hold(task)  # (perhaps still running: it keeps its tokens)
+        for task in queued:
+            self._enqueue(task, now)
         self.dirty = True
         return unfinished
 
