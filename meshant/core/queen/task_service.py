@@ -146,14 +146,19 @@ class TaskService:
         if known is not None:
             self._resubmitted(req, known)
             return
-        problem = options_problem(body) or delays.delay_problem(body)
-        not_before = delays.not_before(body, st.wall(now)) if problem is None else None
-        if not_before is not None:
-            problem = delays.too_far(not_before, st.wall(now))
+        problem = options_problem(body)
+        not_before = None
+        if problem is None and ("at" in body or "after" in body):  # (core/tasks/delays.py)
+            problem = delays.delay_problem(body)
+            not_before = delays.not_before(body, st.wall(now)) if problem is None else None
+            if not_before is not None:
+                problem = delays.too_far(not_before, st.wall(now))
         own = body.get("concurrency")
-        if problem is None:  # (a key its limits draw from must be there: limits.py)
-            problem = self.scheduler.limits.problem(body["capability"], body.get("labels")
-                                                    or {}, body.get("payload"), own)
+        limits = self.scheduler.limits
+        if problem is None and (limits.rules or own is not None):
+            # (a key its limits draw from must be there: core/tasks/limits.py)
+            problem = limits.problem(body["capability"], body.get("labels") or {},
+                                     body.get("payload"), own)
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return

@@ -127,6 +127,10 @@ class Limits:
         for i, r in enumerate(self.rules):
             (self.every if r.capability == "*" else self.by_cap.setdefault(
                 r.capability, [])).append(i)
+        # Per capability, what slots_of walks: the keyed rules (index, source is
+        # labels, field, max), then the capability-wide slots with their max.
+        self._plans: dict[str, tuple[list[tuple[int, bool, str, int]],
+                                     list[tuple[Slot, int]]]] = {}
         # Whether any task may be limited: off, the scheduler skips every call here.
         self.active = bool(self.rules) or bool(self.holds)
 
@@ -157,22 +161,44 @@ class Limits:
                         f"({r.text}): the task needs {where}")
         return None
 
+    def _plan(self, capability: str) -> tuple[list[tuple[int, bool, str, int]],
+                                              list[tuple[Slot, int]]]:
+        plan = self._plans.get(capability)
+        if plan is None:
+            keyed: list[tuple[int, bool, str, int]] = []
+            whole: list[tuple[Slot, int]] = []
+            for i in self._rules_of(capability):
+                r = self.rules[i]
+                if r.source is None:
+                    whole.append(((i, ""), r.max))
+                else:
+                    keyed.append((i, r.source == "labels", r.field or "", r.max))
+            plan = self._plans[capability] = (keyed, whole)
+        return plan
+
     def slots_of(self, task: Task) -> list[tuple[Slot, int]]:
-        """The slots a task takes a token of, in order, with each one's max."""
-        out: list[tuple[Slot, int]] = []
+        """The slots a task takes a token of, in order, with each one's max: its
+        submission's own, the keyed rules', the capability-wide ones."""
+        keyed, whole = self._plan(task.capability)
         own = task.concurrency
-        if own is not None:
-            out.append(((-1, own[0]), own[1]))
-        keyed: list[tuple[Slot, int]] = []
-        for i in self._rules_of(task.capability):
-            r = self.rules[i]
-            if r.source is None:
-                keyed.append(((i, ""), r.max))
-                continue
-            v = _value(r, task.labels, task.payload)
-            if v is not None:
-                out.append(((i, v), r.max))
-        return out + keyed
+        out: list[tuple[Slot, int]] = [((-1, own[0]), own[1])] if own is not None else []
+        if keyed:
+            labels, payload = task.labels, task.payload
+            for i, from_labels, name, most in keyed:
+                src = labels if from_labels else payload
+                if src.__class__ is not dict:
+                    continue
+                v = src.get(name)
+                if v.__class__ is not str:
+                    v = _key(v)
+                    if v is None:
+                        continue
+                elif not 0 < len(v) <= MAX_KEY:
+                    continue
+                out.append(((i, v), most))
+        if not out:
+            return whole
+        return out + whole if whole else out
 
     # -- tokens ---------------------------------------------------------------------------
 
@@ -228,8 +254,11 @@ class Limits:
             else:
                 del self.taken[slot]
         out: list[Task] = []
-        for slot in held:
-            self._wake(slot, out)
+        waiting = self.waiting
+        if waiting:
+            for slot in held:
+                if slot in waiting:
+                    self._wake(slot, out)
         return out
 
     def max_of(self, slot: Slot) -> int:
@@ -287,8 +316,12 @@ def _value(rule: Rule, labels: dict[str, Any], payload: Any) -> str | None:
     src = labels if rule.source == "labels" else payload
     if not isinstance(src, dict):
         return None
-    v = src.get(rule.field or "")
-    if v is None or isinstance(v, (dict, list, bytes)):
+    return _key(src.get(rule.field or ""))
+
+
+def _key(v: Any) -> str | None:
+    """A field's value as a key (a string, a number, a bool); None: not one."""
+    if v is None or isinstance(v, (dict, list, bytes, bytearray)):
         return None
     s = str(v)
     return s if 0 < len(s) <= MAX_KEY else None
