@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from meshant.core.tasks import delays, limits
+from meshant.core.tasks import delays, limits, rates
 from meshant.core.tasks import scheduler as scheduler_mod
 from meshant.sim.run import Result, run_seed
 from meshant.sim.weather import DEFAULT, Profile
@@ -84,3 +84,33 @@ def test_mutant_a_restarted_queen_forgets_what_runs_holds_tokens(
     monkeypatch.setattr(limits.Limits, "hold", lambda self, task: None)
     _caught(LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 60,
             "limit-running")
+
+
+@pytest.mark.slow
+def test_mutant_a_bucket_refills_twice_as_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = rates.Rates._bucket
+
+    def _bucket(self: Any, slot: Any, now: float) -> Any:
+        b = self.buckets.get(slot)
+        if b is not None and now > b.at:
+            b.at -= now - b.at  # as if twice the time had passed since its last refill
+        return real(self, slot, now)
+    monkeypatch.setattr(rates.Rates, "_bucket", _bucket)
+    _caught(LIMITS, 40, "rate-window")
+
+
+@pytest.mark.slow
+def test_mutant_a_take_forgets_the_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A submission's cost is not what its take counts: a cost of 0.5 takes 0.25.
+    real = rates.Rates.take
+
+    def take(self: Any, task: Any, now: float) -> bool:
+        cost = task.cost
+        if cost is not None:
+            task.cost = cost / 2
+        try:
+            return bool(real(self, task, now))
+        finally:
+            task.cost = cost
+    monkeypatch.setattr(rates.Rates, "take", take)
+    _caught(LIMITS, 60, "rate-window")

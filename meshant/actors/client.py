@@ -74,6 +74,7 @@ class SubmitOptions(TypedDict, total=False):
     at: datetime | float | None
     after: float | timedelta | str | None
     concurrency: tuple[str, int] | None
+    cost: float | None
 
 
 def _delay_fields(at: datetime | float | None, after: float | timedelta | str | None
@@ -391,6 +392,7 @@ class Client(Peer):
         at: datetime | float | None = None,
         after: float | timedelta | str | None = None,
         concurrency: tuple[str, int] | None = None,
+        cost: float | None = None,
     ) -> TaskFuture[Any]:
         """Submit a task; the future resolves to its result or raises a MeshantError.
         ``capability``: its name, or a handler decorated with ``@forager.task`` (then
@@ -417,7 +419,9 @@ class Client(Peer):
 
         ``concurrency=(key, n)``: at most ``n`` tasks submitted with ``key`` run at once
         in the colony (the queen's own ``--limit`` rules hold as well); the others wait
-        queued, ``task_status`` saying which limit holds them.
+        queued, ``task_status`` saying which limit holds them. ``cost``: the tokens this
+        task takes from the queen's rate limits (``--limit llm=90000/min`` counts tokens
+        a minute when each task says what it costs; default 1, a request).
         """
         if self._died is not None:
             raise self._died
@@ -461,6 +465,10 @@ class Client(Peer):
                 raise BadInput(f"concurrency is (key, n): a key of 1-200 characters and 1 to "
                                f"1,000,000 tasks at once, not {concurrency!r}")
             body["concurrency"] = {"key": concurrency[0], "max": concurrency[1]}
+        if cost is not None:
+            if cost.__class__ not in (int, float) or not 0 < cost <= 1e9:
+                raise BadInput(f"cost is a number of tokens above 0, not {cost!r}")
+            body["cost"] = cost
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         tp = tracing.current()
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])

@@ -205,6 +205,8 @@ def _time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
 @click.option("--concurrency", "concurrency", metavar="KEY=N", callback=_concurrency,
               help="At most N tasks submitted with KEY run at once, colony-wide (the "
                    "queen's --limit rules hold as well); the others wait queued.")
+@click.option("--cost", type=click.FloatRange(0, 1e9, min_open=True),
+              help="Tokens each task takes from the queen's rate limits (default 1).")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
@@ -218,7 +220,8 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
            timeout: float | None, max_attempts: int | None, to: str | None,
            label_values: tuple[str, ...], wait: float | None, key: str | None,
            retry_base: float | None, retry_on: tuple[str, ...], delay_in: float | None,
-           delay_at: float | None, concurrency: tuple[str, int] | None, count: int,
+           delay_at: float | None, concurrency: tuple[str, int] | None,
+           cost: float | None, count: int,
            stream: bool, no_wait: bool,
            keep_running: bool, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
@@ -249,6 +252,8 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
         kw["ack"] = True
     if concurrency is not None:
         kw["concurrency"] = concurrency
+    if cost is not None:
+        kw["cost"] = cost
     if any(not t.strip() for t in retry_on):
         raise click.BadParameter("an exception type's name (or '*' for any)",
                                  param_hint="--retry-on")
@@ -418,6 +423,10 @@ def status(conn: Connection, as_json: bool) -> None:
     for g in st.get("graphs") or []:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(g["counts"].items()))
         click.echo(f"graph {g['graph']} {g['state']}: {g['nodes']} nodes ({counts})")
+    waits = [f"{x['limit']}" + (f" {x['key']}" if x["key"] else "")
+             + f" {x['waiting']} waiting" for x in st.get("rates") or []]
+    if waits:
+        click.echo("rates: " + ", ".join(waits[:10]))
     held = [x for x in st.get("limits") or [] if x["waiting"] or x["running"]]
     if held:
         click.echo("limits: " + ", ".join(

@@ -27,6 +27,7 @@ from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
 from meshant.core.tasks.limits import Rule, parse_rules
 from meshant.core.tasks.model import QUEUED, Task, graph_node_of, is_graph_node
+from meshant.core.tasks.rates import RateRule
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
@@ -91,6 +92,9 @@ class SimQueen:
         self.name = name
         self.config = config
         self._rules: list[Rule] | None = None  # its concurrency limits, parsed once
+        self._rates: list[RateRule] | None = None  # and its rate limits
+        # What went through each rate limit's bucket: (core, limit, key) -> [(t, cost)].
+        self._taken: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
         self.clock = clock
         self.net = net
         self.ledger = ledger
@@ -584,7 +588,7 @@ class SimQueen:
                                      f"after {task.tries} failed tries of its "
                                      f"{task.max_attempts}")
                 better = _better_queued(sched.tasks.values(), task, node,
-                                        sched.limits.parked)
+                                        _Either(sched.limits.parked, sched.rates.parked))
                 if better is not None:
                     self.ledger.fail("priority-order", f"{b['task']} (priority "
                                      f"{task.priority}) went to {node.name} while {better.id}"
@@ -592,6 +596,7 @@ class SimQueen:
                 if is_graph_node(task.id):
                     self._check_graph_node(core, task.id)
                 self._check_delay(core, task)
+                self._check_rate(core, task)
         for node, runs in sched.running.items():
             if len(runs) > node.slots:
                 self.ledger.fail("slots", f"{len(runs)} tasks in flight to {node.name}, "
@@ -614,6 +619,37 @@ class SimQueen:
                              f"its time {sub.due:.3f} (less {self.ledger.delay_slack:.3f} s "
                              "the clocks may disagree by)")
 
+    def _check_rate(self, core: QueenCore, task: Task) -> None:
+        """Never more through a rate limit's bucket than it allows over any window: at
+        most burst + rate x T of cost in any T seconds (of this queen's life: a queen
+        that starts, or takes over, starts its buckets full)."""
+        if not core.scheduler.rates.active:
+            return
+        rates = self._rates
+        if rates is None:
+            rates = self._rates = [r for r in parse_rules(self.config.limits)
+                                   if isinstance(r, RateRule)]
+        now = self.clock.now
+        cost = task.cost if task.cost is not None else 1.0
+        for r in rates:
+            if r.capability not in ("*", task.capability):
+                continue
+            key = ""
+            if r.source is not None:
+                src = task.labels if r.source == "labels" else task.payload
+                if not isinstance(src, dict) or src.get(r.field or "") is None:
+                    continue
+                key = str(src[r.field or ""])
+            log = self._taken.setdefault((id(core), r.text, key), [])
+            log.append((now, cost if r.by_cost else 1.0))
+            total = 0.0
+            for t1, c in reversed(log):
+                total += c
+                if total > r.burst + r.rate * (now - t1) + 1e-6:
+                    self.ledger.fail("rate-window", f"{total:g} of cost went through "
+                                     f"{r.text} key {key!r} in {now - t1:.3f} s on "
+                                     f"{self.life}: at most {r.burst:g} + {r.rate:g}/s")
+
     def _check_limits(self, core: QueenCore) -> None:
         """Never more tasks running than a concurrency limit allows (counted here from the
         rules and the tasks, not from the limiter's books), and no task held back at a
@@ -624,7 +660,8 @@ class SimQueen:
             return
         rules = self._rules
         if rules is None:
-            rules = self._rules = parse_rules(self.config.limits)
+            rules = self._rules = [r for r in parse_rules(self.config.limits)
+                                   if isinstance(r, Rule)]
         running: dict[tuple[str, str], int] = {}
         most: dict[tuple[str, str], int] = {}
         # (Every running task has a current attempt: on its forager, or held for it.)
@@ -725,6 +762,18 @@ class _SimQueenPort:
 
     def unencodable(self, msg: p.Message, error: p.ProtocolError) -> None:
         pass
+
+
+class _Either:
+    """Task ids held back by a concurrency limit or a rate limit."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[str], b: Container[str]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
 
 
 _RUNNING = frozenset({TaskState.ASSIGNED, TaskState.ACCEPTED, TaskState.INPUT_REQUIRED})

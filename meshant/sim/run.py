@@ -122,6 +122,10 @@ class Colony:
                 self.limits.append(f"echo={lrng.randint(3, 6)}")
             if lrng.random() < 0.3:
                 self.limits.append("*:payload.tenant=3")
+            if lrng.random() < 0.5:
+                self.limits.append(f"echo:payload.tenant={lrng.choice([2, 5, 10])}/s,"
+                                   f"burst={lrng.randint(1, 3)}"
+                                   + (",cost" if lrng.random() < 0.5 else ""))
         self.own_limits = bool(self.limits) and lrng.random() < 0.5
         self.tenants = lrng
         cfg = config(limits=tuple(self.limits))
@@ -256,6 +260,8 @@ class Colony:
                 payload["tenant"] = tenant
                 if self.own_limits and self.tenants.random() < 0.3:
                     options["concurrency"] = {"key": f"own-{tenant}", "max": 1}
+                if self.tenants.random() < 0.2:
+                    options["cost"] = 0.5
             if not c.alive:
                 return
             # (Ids of the workload's own: a run shrunk to fewer faults, whose hellos use

@@ -24,10 +24,10 @@ _BLOB_EXT = 2
 COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
         "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap",
-        "retry_on", "parent", "wake", "not_before", "concurrency")
+        "retry_on", "parent", "wake", "not_before", "concurrency", "cost")
 # Columns a journal may lack (added in place since; read as NULL from one opened read-only).
 ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB", "not_before": "REAL",
-         "concurrency": "BLOB"}
+         "concurrency": "BLOB", "cost": "REAL"}
 SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
 # An upsert both SQLite (3.24+) and PostgreSQL read the same way.
 INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
@@ -119,7 +119,8 @@ class TaskLog:
                                   pack(list(t.retry_on)) if t.retry_on else None,
                                   t.parent, pack(t.wake) if t.wake is not None else None,
                                   t.not_before,
-                                  pack(list(t.concurrency)) if t.concurrency else None))
+                                  pack(list(t.concurrency)) if t.concurrency else None,
+                                  t.cost))
                 if t.final is not None and not t.dead:
                     t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:

@@ -84,7 +84,9 @@ class QueenCore:
             breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown,
             counters=st.counters)
         sched.to_wall = wall_offset  # (restore sets it again, the same)
-        sched.limits.configure(parse_rules(c.limits))  # (checked by the driver: Queen)
+        rules = parse_rules(c.limits)  # (checked by the driver: Queen)
+        sched.limits.configure(rules)
+        sched.rates.configure(rules)
         self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to,
                                 counters=st.counters)
         self.index = ArchiveIndex(restored.names) if restored is not None else None
@@ -381,6 +383,7 @@ class QueenCore:
             "queued": sched.queued,
             "delayed": sched.delayed,  # (core/tasks/delays.py: not in "queued")
             "limits": sched.limits.state() if sched.limits.active else [],
+            "rates": sched.rates.state(now) if sched.rates.active else [],
             "running": sum(f["in_flight"] for f in foragers),
             "counters": dict(st.counters),
             "role": "standby" if st.standby is not None else "leader",

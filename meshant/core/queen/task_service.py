@@ -20,6 +20,7 @@ from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
 from meshant.core.tasks import delays
 from meshant.core.tasks.checks import options_problem, progress_problem, result_problem
+from meshant.core.tasks.rates import cost_problem
 from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, Verdict, revive
 from meshant.core.tasks.steps import INLINE_BYTES, child_id, record_problem, size_of
 from meshant.protocol.codec import BINARY
@@ -159,6 +160,12 @@ class TaskService:
             # (a key its limits draw from must be there: core/tasks/limits.py)
             problem = limits.problem(body["capability"], body.get("labels") or {},
                                      body.get("payload"), own)
+        rates = self.scheduler.rates
+        if problem is None and "cost" in body:
+            problem = cost_problem(body["cost"])
+        if problem is None and rates.rules:  # (core/tasks/rates.py)
+            problem = rates.problem(body["capability"], body.get("labels") or {},
+                                    body.get("payload"))
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return
@@ -177,6 +184,8 @@ class TaskService:
         task.not_before = not_before  # a delayed task is journaled at once (no defer)
         if own is not None:
             task.concurrency = (own["key"], own["max"])
+        if "cost" in body:
+            task.cost = float(body["cost"])
         task.defer = (key is None and req.codec == BINARY and node.role == "client"
                       and not body.get("ack") and not_before is None)
         try:
@@ -548,7 +557,8 @@ class TaskService:
             body["waiting"] = task.wake
         if task.not_before is not None:
             body["not_before"] = task.not_before  # (wall clock; delayed until then)
-        held = self.scheduler.limits.why(task) if task.state == "queued" else None
+        held = (self.scheduler.limits.why(task) or self.scheduler.rates.why(task, now)
+                ) if task.state == "queued" else None
         if held is not None:
             body["held"] = held  # which limit it waits for, and how full it is
         reply = p.Message("task.state", body, ref=req.msg.id)

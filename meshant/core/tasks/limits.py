@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshant.core.tasks.model import Task
+from meshant.core.tasks.rates import MAX_KEY, RateRule, key_value, parse_rate
 
 MAX_RULES = 1000
-MAX_KEY = 200  # characters of a key value (a tenant's name), at most
 _RULE = re.compile(r"^\s*([A-Za-z0-9_.\-/*]+)(?::(labels|payload)\.([A-Za-z0-9_\-]+))?\s*=\s*"
                    r"(\S+)\s*$")
 SUBMITTED = "submitted"  # the source of a submission's own rule
@@ -60,14 +60,19 @@ class Rule:
         return f"{self.capability}{key}={self.max}"
 
 
-def parse_rule(text: str) -> Rule:
-    """A rule from its text; ValueError naming what is wrong and what would be right."""
+def parse_rule(text: str) -> Rule | RateRule:
+    """A rule from its text — a concurrency limit (``=N``) or a rate (``=N/UNIT``,
+    :mod:`meshant.core.tasks.rates`); ValueError naming what is wrong and what would be
+    right."""
     m = _RULE.match(text)
     if m is None:
         raise ValueError(f"{text!r} is not a limit: write CAPABILITY=N or "
-                         "CAPABILITY:payload.FIELD=N or CAPABILITY:labels.NAME=N "
-                         "(llm=10, llm:payload.tenant=2, *:labels.region=5)")
+                         "CAPABILITY:payload.FIELD=N or CAPABILITY:labels.NAME=N, or a rate, "
+                         "CAPABILITY[:KEY]=N/min[,burst=B] (llm=10, llm:payload.tenant=2, "
+                         "*:labels.region=5, llm=600/min)")
     cap, source, field_, value = m.groups()
+    if "/" in value:
+        return parse_rate(cap, source, field_, value, text)
     try:
         n = int(value)
     except ValueError:
@@ -78,10 +83,10 @@ def parse_rule(text: str) -> Rule:
     return Rule(cap, source, field_, n)
 
 
-def parse_rules(texts: Iterable[str]) -> list[Rule]:
+def parse_rules(texts: Iterable[str]) -> list[Rule | RateRule]:
     """Rules from their texts (``--limit``, the lines of ``--limits-file``: blank lines
     and ``#`` comments skipped); ValueError for the first bad one."""
-    rules: list[Rule] = []
+    rules: list[Rule | RateRule] = []
     for raw in texts:
         line = raw.split("#", 1)[0].strip()
         if line:
@@ -110,7 +115,8 @@ class Limits:
     """The tokens taken and the tasks waiting, per slot; ``tasks``: the scheduler's live
     tasks (what a waiting task's entry stands for)."""
 
-    def __init__(self, tasks: dict[str, Task], rules: Iterable[Rule] = ()) -> None:
+    def __init__(self, tasks: dict[str, Task], rules: Iterable[Rule | RateRule] = ()
+                 ) -> None:
         self.tasks = tasks
         self.taken: dict[Slot, int] = {}
         self.waiting: dict[Slot, list[tuple[int, int, str]]] = {}
@@ -120,8 +126,9 @@ class Limits:
         self.own_max: dict[str, int] = {}
         self.configure(rules)
 
-    def configure(self, rules: Iterable[Rule]) -> None:
-        self.rules = list(rules)
+    def configure(self, rules: Iterable[Rule | RateRule]) -> None:
+        """The concurrency rules of ``rules`` (its rates are core/tasks/rates.py's)."""
+        self.rules = [r for r in rules if isinstance(r, Rule)]
         self.by_cap: dict[str, list[int]] = {}
         self.every: list[int] = []
         for i, r in enumerate(self.rules):
@@ -190,7 +197,7 @@ class Limits:
                     continue
                 v = src.get(name)
                 if v.__class__ is not str:
-                    v = _key(v)
+                    v = key_value(v)
                     if v is None:
                         continue
                 elif not 0 < len(v) <= MAX_KEY:
@@ -316,15 +323,7 @@ def _value(rule: Rule, labels: dict[str, Any], payload: Any) -> str | None:
     src = labels if rule.source == "labels" else payload
     if not isinstance(src, dict):
         return None
-    return _key(src.get(rule.field or ""))
-
-
-def _key(v: Any) -> str | None:
-    """A field's value as a key (a string, a number, a bool); None: not one."""
-    if v is None or isinstance(v, (dict, list, bytes, bytearray)):
-        return None
-    s = str(v)
-    return s if 0 < len(s) <= MAX_KEY else None
+    return key_value(src.get(rule.field or ""))
 
 
 __all__ = ["MAX_RULES", "Limits", "Rule", "Slot", "concurrency_problem", "parse_rule",

@@ -113,6 +113,7 @@ class Task:
     delay_timer: int = 0
     # Concurrency limits (core/tasks/limits.py): its submission's own, (key, max).
     concurrency: tuple[str, int] | None = None
+    cost: float | None = None  # rate limits (core/tasks/rates.py): its tokens; None: 1
     _watchers: list[tuple[bytes, str, str]] | None = None
 
     @property

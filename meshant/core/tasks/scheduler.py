@@ -59,6 +59,7 @@ from meshant.core.tasks.model import (
     slim,
 )
 from meshant.core.tasks.queues import TaskQueues
+from meshant.core.tasks.rates import Rates
 from meshant.core.tasks.steps import STEPS_BYTES, size_of
 from meshant.core.tasks.timers import TaskTimers
 from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
@@ -112,7 +113,8 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
                 retry_on=tuple(r.get("retry_on") or ()) or None,
                 parent=r.get("parent"), wake=r.get("wake"), not_before=r.get("not_before"),
-                concurrency=tuple(r["concurrency"]) if r.get("concurrency") else None)
+                concurrency=tuple(r["concurrency"]) if r.get("concurrency") else None,
+                cost=r.get("cost"))
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -152,6 +154,7 @@ class Scheduler:
         self.queues = TaskQueues(self.tasks)
         self.timers = TaskTimers(self.tasks)
         self.limits = Limits(self.tasks)  # concurrency limits (core/tasks/limits.py)
+        self.rates = Rates(self.tasks)  # rate limits (core/tasks/rates.py)
         self.breakers = Breakers(breaker_threshold, breaker_cooldown)
         self.dead = DeadLetters()
         self.dlq = self.dead.tasks
@@ -247,7 +250,8 @@ class Scheduler:
             self.timers.unset(task, "delay")
         elif task.state == QUEUED:
             self.queued -= 1
-            if not task.retry_timer and task.id not in self.limits.parked:
+            if not task.retry_timer and task.id not in self.limits.parked and \
+                    task.id not in self.rates.parked:
                 # Its queue entry stays behind, stale, until the queue is compacted.
                 self.queues.left(task)
         timers = self.timers
@@ -257,6 +261,8 @@ class Scheduler:
         timers.unset(task, "wake")
         if self.limits.active:
             self._ready(self.limits.release(task))
+        if self.rates.active:
+            self.rates.forget(task)
         self._move(task, _ENDS[state], now, body.get("error", {}).get("code", "")
                    if state == FAILED else "")
         self.counters[state] += 1
@@ -447,6 +453,11 @@ class Scheduler:
         if not self._numbered(att, body, out):
             return  # taken already
         self._implied_accept(att, now)
+        charge = body.get("charge")
+        if charge.__class__ in (int, float) and 0 <= charge <= 1e9 and self.rates.active:
+            self.rates.charge(task, charge, now)  # what its run really spent (rates.py)
+        if charge is not None and "fraction" not in body and "note" not in body:
+            return  # (a charge alone is no progress to tell the submitter of)
         # The audit trail keeps each progress report (not a state: the task stays put).
         self.note(task, now, "progress",
                   f"{body.get('fraction', '')} {body.get('note', '')}".strip())
@@ -789,6 +800,8 @@ class Scheduler:
                     elif att.lease < due:
                         due = att.lease
             self._lease_due = due
+        if now >= self.rates.due:  # buckets refilled: who waited at them goes on
+            self._ready(self.rates.wake(now))
         for task, what in self.timers.due(now):
             if what == "delay":
                 self._release(task, now)
@@ -953,6 +966,8 @@ class Scheduler:
                 if task is None:
                     continue
                 node = self._pick(task)
+                if node is not None and self.rates.active and not self.rates.take(task, now):
+                    continue  # its bucket is short: it waits at it (core/tasks/rates.py)
                 if node is None:
                     if self._all_rejected(task):
                         reasons = task.reasons or []
