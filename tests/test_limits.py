@@ -243,3 +243,14 @@ def test_cli_queen_limits_flag_file_and_status(procs: Procs, tmp_path: Path) -> 
     assert bad.returncode == 1 and "is not a limit" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
+
+
+def test_a_dead_letter_retried_keeps_its_limits() -> None:
+    c = _limited("llm=5")
+    c.forager("f", slots=2, tools=("llm",))
+    c.submit("t0", "llm", concurrency=("k", 1), cost=3.0)
+    c.step()
+    att = next(a for runs in c.s.running.values() for a in runs.values())
+    c.s.result(att, {"status": "error", "error": {"message": "no", "type": "E"}}, c.now)
+    new = c.s.dlq_retry("t0", b"c", "client", c.now)
+    assert new.concurrency == ("k", 1) and new.cost == 3.0
