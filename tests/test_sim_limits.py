@@ -60,11 +60,13 @@ def test_mutant_a_limit_lets_one_more_run(monkeypatch: pytest.MonkeyPatch) -> No
     # The off-by-one: a slot counts as full only past its max.
     real = limits.Limits.max_of
     monkeypatch.setattr(limits.Limits, "max_of", lambda self, slot: real(self, slot) + 1)
-    real_slots = limits.Limits.slots_of
+    real_plan = limits.Limits._plan
 
-    def slots_of(self: Any, task: Any) -> list[tuple[Any, int]]:
-        return [(s, n + 1) for s, n in real_slots(self, task)]
-    monkeypatch.setattr(limits.Limits, "slots_of", slots_of)
+    def _plan(self: Any, capability: str) -> Any:
+        keyed, whole = real_plan(self, capability)
+        return ([(i, f, name, n + 1) for i, f, name, n in keyed],
+                [(slot, n + 1) for slot, n in whole])
+    monkeypatch.setattr(limits.Limits, "_plan", _plan)
     _caught(LIMITS, 20, "limit-running")
 
 

@@ -156,10 +156,12 @@ class TaskService:
                 problem = delays.too_far(not_before, st.wall(now))
         own = body.get("concurrency")
         limits = self.scheduler.limits
+        keys: list[tuple[int, str]] | None = None
         if problem is None and (limits.rules or own is not None):
             # (a key its limits draw from must be there: core/tasks/limits.py)
+            keys = []
             problem = limits.problem(body["capability"], body.get("labels") or {},
-                                     body.get("payload"), own)
+                                     body.get("payload"), own, keys)
         rates = self.scheduler.rates
         if problem is None and "cost" in body:
             problem = cost_problem(body["cost"])
@@ -184,6 +186,8 @@ class TaskService:
         task.not_before = not_before  # a delayed task is journaled at once (no defer)
         if own is not None:
             task.concurrency = (own["key"], own["max"])
+        elif keys is not None:
+            task.limit_keys = keys
         if "cost" in body:
             task.cost = float(body["cost"])
         task.defer = (key is None and req.codec == BINARY and node.role == "client"

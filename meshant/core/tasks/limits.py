@@ -150,22 +150,27 @@ class Limits:
         return [*(own or ()), *self.every]
 
     def problem(self, capability: str, labels: dict[str, Any], payload: Any,
-                concurrency: Any) -> str | None:
+                concurrency: Any, keys: list[tuple[int, str]] | None = None) -> str | None:
         """Why a submission cannot be held to its limits (a key its rules draw from is
-        missing), or None."""
-        bad = concurrency_problem(concurrency)
-        if bad is not None:
-            return bad
-        for i in self._rules_of(capability):
-            r = self.rules[i]
-            if r.source is None:
-                continue
-            v = _value(r, labels, payload)
+        missing), or None; ``keys`` gets its keyed slots (the task's ``limit_keys``: its
+        admission need not work them out again)."""
+        if concurrency is not None:
+            bad = concurrency_problem(concurrency)
+            if bad is not None:
+                return bad
+        for i, from_labels, name, _ in self._plan(capability)[0]:
+            src = labels if from_labels else payload
+            v = src.get(name) if src.__class__ is dict else None
+            if v.__class__ is not str or not 0 < len(v) <= MAX_KEY:
+                v = key_value(v)
             if v is None:
+                r = self.rules[i]
                 where = (f"a label {r.field!r} (--label {r.field}=VALUE)" if r.source ==
                          "labels" else f"a payload map with a field {r.field!r}")
                 return (f"capability {capability!r} is limited per {r.source}.{r.field} "
                         f"({r.text}): the task needs {where}")
+            if keys is not None:
+                keys.append((i, v))
         return None
 
     def _plan(self, capability: str) -> tuple[list[tuple[int, bool, str, int]],
@@ -216,13 +221,18 @@ class Limits:
             self.own_max[task.concurrency[0]] = task.concurrency[1]
             self.active = True
         held = self.holds.get(task.id)
+        fresh = held is None
         if held is None:
             held = []
-        self.parked.pop(task.id, None)
+            if task.concurrency is None and task.id not in self.parked:
+                return self._admit_fresh(task, held)
+        if self.parked:
+            self.parked.pop(task.id, None)
+        taken = self.taken
         for slot, most in self.slots_of(task):
-            if slot in held:
+            if not fresh and slot in held:
                 continue
-            n = self.taken.get(slot, 0)
+            n = taken.get(slot, 0)
             if n >= most:
                 heapq.heappush(self.waiting.setdefault(slot, []),
                                (task.priority, task.order, task.id))
@@ -230,11 +240,62 @@ class Limits:
                 if held:
                     self.holds[task.id] = held
                 return False
-            self.taken[slot] = n + 1
+            taken[slot] = n + 1
             held.append(slot)
         if held:
             self.holds[task.id] = held
         return True
+
+    def _admit_fresh(self, task: Task, held: list[Slot]) -> bool:
+        """``admit`` of a task holding nothing (the common case, inlined: slots_of's
+        walk, taking each slot's token as it goes)."""
+        keyed, whole = self._plan(task.capability)
+        taken = self.taken
+        known = task.limit_keys
+        if known is not None:
+            task.limit_keys = None  # (worked out at submission; for this admission only)
+            max_of = self.max_of
+            for slot in known:
+                n = taken.get(slot, 0)
+                if n >= max_of(slot):
+                    return self._park(task, slot, held)
+                taken[slot] = n + 1
+                held.append(slot)
+        elif keyed:
+            labels, payload = task.labels, task.payload
+            for i, from_labels, name, most in keyed:
+                src = labels if from_labels else payload
+                if src.__class__ is not dict:
+                    continue
+                v = src.get(name)
+                if v.__class__ is not str:
+                    v = key_value(v)
+                    if v is None:
+                        continue
+                elif not 0 < len(v) <= MAX_KEY:
+                    continue
+                slot = (i, v)
+                n = taken.get(slot, 0)
+                if n >= most:
+                    return self._park(task, slot, held)
+                taken[slot] = n + 1
+                held.append(slot)
+        for slot, most in whole:
+            n = taken.get(slot, 0)
+            if n >= most:
+                return self._park(task, slot, held)
+            taken[slot] = n + 1
+            held.append(slot)
+        if held:
+            self.holds[task.id] = held
+        return True
+
+    def _park(self, task: Task, slot: Slot, held: list[Slot]) -> bool:
+        heapq.heappush(self.waiting.setdefault(slot, []), (task.priority, task.order, task.id))
+        self.parked[task.id] = slot
+        if held:
+            self.holds[task.id] = held
+        return False
 
     def hold(self, task: Task) -> None:
         """A task running before a restart: it has its tokens, whatever they come to."""

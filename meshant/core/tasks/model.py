@@ -113,6 +113,8 @@ class Task:
     delay_timer: int = 0
     # Concurrency limits (core/tasks/limits.py): its submission's own, (key, max).
     concurrency: tuple[str, int] | None = None
+    # Its keyed limits' slots, as its submission was checked (None: not worked out yet).
+    limit_keys: list[tuple[int, str]] | None = None
     cost: float | None = None  # rate limits (core/tasks/rates.py): its tokens; None: 1
     _watchers: list[tuple[bytes, str, str]] | None = None
 
