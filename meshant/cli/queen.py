@@ -176,9 +176,11 @@ def _stop_on_signals(stop: Any) -> None:
               envvar="MESHANT_LIMITS", show_envvar=True,
               help="At most N tasks running at once, colony-wide, of a capability "
                    "(llm=10), or per value of a payload field or a label "
-                   "(llm:payload.tenant=2, *:labels.region=5); over-limit tasks wait "
-                   "queued, fairly between keys (repeatable; space-separated in the "
-                   "variable; see docs/limits.md).")
+                   "(llm:payload.tenant=2, *:labels.region=5); or a rate, a token bucket "
+                   "(llm=600/min, llm:payload.tenant=10/s,burst=20; ',cost' counts each "
+                   "task's cost: llm=90000/min,cost). Held tasks wait queued, fairly "
+                   "between keys (repeatable; space-separated in the variable; see "
+                   "docs/limits.md).")
 @click.option("--limits-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="More --limit rules, one a line ('#' comments).")
 @JSON_OPT

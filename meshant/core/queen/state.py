@@ -71,8 +71,8 @@ class QueenConfig:
     http_token: str | None = None
     http_read_token: str | None = None
     http_allow_host: tuple[str, ...] = ()
-    # Concurrency limits, each CAPABILITY[:labels.NAME|:payload.FIELD]=N
-    # (core/tasks/limits.py).
+    # Concurrency limits, CAPABILITY[:labels.NAME|:payload.FIELD]=N (core/tasks/limits.py),
+    # and rate limits, ...=N/UNIT[,burst=B][,cost] (core/tasks/rates.py).
     limits: tuple[str, ...] = ()
 
     @property
