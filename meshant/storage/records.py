@@ -135,7 +135,10 @@ class TaskLog:
                 ts = round(mono + to_wall, 6)
                 prev = chain(prev, t.id, seq, ts, state, why)
                 b.events.append((t.id, seq, ts, state, why, prev))
-            t.logged = max(len(t.history), 1)
+            # (At least 1: "never written" for a new task. A task taken back from the
+            # journal is there already: written with no history yet — a re-sent
+            # submission's ack — its first entry must not be skipped later.)
+            t.logged = len(t.history) if t.restored else max(len(t.history), 1)
             if t.final is not None:
                 last.pop(t.id, None)
             else:
