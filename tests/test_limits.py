@@ -254,3 +254,32 @@ def test_a_dead_letter_retried_keeps_its_limits() -> None:
     c.s.result(att, {"status": "error", "error": {"message": "no", "type": "E"}}, c.now)
     new = c.s.dlq_retry("t0", b"c", "client", c.now)
     assert new.concurrency == ("k", 1) and new.cost == 3.0
+
+
+def test_the_snapshot_and_metrics_say_who_waits_at_which_limit() -> None:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from meshant.observe import Observer
+    from meshant.observe.metrics import _Collector, exposition
+
+    sim = InMemoryColony(limits=("llm:payload.tenant=1", "llm=5/s,burst=1"))
+    obs = Observer()
+    f = sim.forager("f", slots=4, tools=["llm"])
+    c = sim.client()
+    for _ in range(3):
+        c.send("task.submit", {"capability": "llm", "payload": {"tenant": "a"}})
+    c.send("task.submit", {"capability": "llm", "payload": {"tenant": "b"}})
+    sim.assigns(f)
+    s = obs.publish(sim.core, sim.now, 0.0)
+    assert {"limit": "llm:payload.tenant=1", "key": "a", "running": 1, "max": 1,
+            "waiting": 2} in s["limits"]
+    assert s["rates"] and s["rates"][0]["limit"] == "llm=5/s,burst=1"
+    reg = CollectorRegistry()
+    reg.register(_Collector(lambda: s))  # type: ignore[arg-type]
+    text = exposition(reg)[0].decode()
+    fams = {m.name: m for m in text_string_to_metric_families(text)}
+    waiting = {(x.labels["limit"], x.labels["key"]): x.value
+               for x in fams["meshant_limit_waiting"].samples}
+    assert waiting[("llm:payload.tenant=1", "a")] == 2
+    assert fams["meshant_rate_waiting"].samples[0].value == 1
