@@ -27,6 +27,18 @@ from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
 _RESULT = p.BY_NAME["task.result"]
+
+
+class _Held:
+    """What holds a submission back, as checked (``TaskService._held``)."""
+
+    __slots__ = ("cost", "keys", "not_before", "own")
+
+    def __init__(self) -> None:
+        self.not_before: float | None = None
+        self.own: tuple[str, int] | None = None
+        self.keys: list[tuple[int, str]] | None = None
+        self.cost: float | None = None
 _PROGRESS = p.BY_NAME["task.progress"]
 
 
@@ -148,26 +160,13 @@ class TaskService:
             self._resubmitted(req, known)
             return
         problem = options_problem(body)
-        not_before = None
-        if problem is None and ("at" in body or "after" in body):  # (core/tasks/delays.py)
-            problem = delays.delay_problem(body)
-            not_before = delays.not_before(body, st.wall(now)) if problem is None else None
-            if not_before is not None:
-                problem = delays.too_far(not_before, st.wall(now))
-        own = body.get("concurrency")
-        limits = self.scheduler.limits
-        keys: list[tuple[int, str]] | None = None
-        if problem is None and (limits.rules or own is not None):
-            # (a key its limits draw from must be there: core/tasks/limits.py)
-            keys = []
-            problem = limits.problem(body["capability"], body.get("labels") or {},
-                                     body.get("payload"), own, keys)
-        rates = self.scheduler.rates
-        if problem is None and "cost" in body:
-            problem = cost_problem(body["cost"])
-        if problem is None and rates.rules:  # (core/tasks/rates.py)
-            problem = rates.problem(body["capability"], body.get("labels") or {},
-                                    body.get("payload"))
+        held: _Held | None = None
+        sched = self.scheduler
+        if problem is None and (sched.limits.rules or sched.rates.rules or "at" in body
+                                or "after" in body or "concurrency" in body
+                                or "cost" in body):
+            held = _Held()  # (the plain path pays for none of this: #32)
+            problem = self._held(body, st.wall(now), held)
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return
@@ -183,15 +182,15 @@ class TaskService:
         task = self._task(msg.id, body["capability"], body.get("payload"), body, req.identity,
                           node.name)
         task.key = key
-        task.not_before = not_before  # a delayed task is journaled at once (no defer)
-        if own is not None:
-            task.concurrency = (own["key"], own["max"])
-        elif keys is not None:
-            task.limit_keys = keys
-        if "cost" in body:
-            task.cost = float(body["cost"])
         task.defer = (key is None and req.codec == BINARY and node.role == "client"
-                      and not body.get("ack") and not_before is None)
+                      and not body.get("ack"))
+        if held is not None:
+            task.not_before = held.not_before
+            task.concurrency = held.own
+            task.limit_keys = held.keys
+            task.cost = held.cost
+            if held.not_before is not None:
+                task.defer = False  # a delayed task is journaled at once
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:
@@ -208,6 +207,42 @@ class TaskService:
             # Sent after this turn's assignments go out: the assign is on the critical
             # path of the task, the acknowledgement is not.
             st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _held(self, body: dict[str, Any], wall: float, out: _Held) -> str | None:
+        """What holds a submission back — its delay (core/tasks/delays.py), its limits'
+        keys (limits.py), its cost for the rate limits (rates.py) — into ``out``; or
+        what is wrong with them."""
+        if "at" in body or "after" in body:
+            problem = delays.delay_problem(body)
+            if problem is not None:
+                return problem
+            out.not_before = delays.not_before(body, wall)
+            if out.not_before is not None:
+                problem = delays.too_far(out.not_before, wall)
+                if problem is not None:
+                    return problem
+        own = body.get("concurrency")
+        limits = self.scheduler.limits
+        if limits.rules or own is not None:
+            # (a key its limits draw from must be there)
+            keys: list[tuple[int, str]] = []
+            problem = limits.problem(body["capability"], body.get("labels") or {},
+                                     body.get("payload"), own, keys)
+            if problem is not None:
+                return problem
+            if own is not None:
+                out.own = (own["key"], own["max"])
+            else:
+                out.keys = keys
+        if "cost" in body:
+            problem = cost_problem(body["cost"])
+            if problem is not None:
+                return problem
+            out.cost = float(body["cost"])
+        if self.scheduler.rates.rules:
+            return self.scheduler.rates.problem(body["capability"], body.get("labels") or {},
+                                                body.get("payload"))
+        return None
 
     def _task(self, task_id: str, capability: str, payload: Any, o: dict[str, Any],
               client: bytes, client_name: str) -> Task:

@@ -245,15 +245,15 @@ class Scheduler:
 
     def _finish(self, task: Task, state: TaskState, now: float, body: dict[str, Any]) -> None:
         """Make ``task`` final and emit its one and only final result."""
-        if task.state == DELAYED:
-            self.delayed -= 1
-            self.timers.unset(task, "delay")
-        elif task.state == QUEUED:
+        if task.state == QUEUED:
             self.queued -= 1
             if not task.retry_timer and task.id not in self.limits.parked and \
                     task.id not in self.rates.parked:
                 # Its queue entry stays behind, stale, until the queue is compacted.
                 self.queues.left(task)
+        elif task.state == DELAYED:
+            self.delayed -= 1
+            self.timers.unset(task, "delay")
         timers = self.timers
         timers.unset(task, "deadline")
         timers.unset(task, "wait")
@@ -359,21 +359,23 @@ class Scheduler:
         task.order = next(self._order)
         task.submitted = now
         slim(task)
-        first, why = QUEUED, "submitted"
-        if task.not_before is not None and task.not_before - self.to_wall > now:
-            first = task.state = DELAYED  # (core/tasks/delays.py)
-            why = f"submitted, {delays.describe(task.not_before)}"
-        if task.history:
-            task.history.append((now, first, why))
+        first = QUEUED
+        if task.not_before is None or task.not_before - self.to_wall <= now:
+            entry = (now, QUEUED, "submitted")
         else:
-            task.history = [(now, first, why)]  # exactly sized
+            first = task.state = DELAYED  # (core/tasks/delays.py)
+            entry = (now, DELAYED, f"submitted, {delays.describe(task.not_before)}")
+        if task.history:
+            task.history.append(entry)
+        else:
+            task.history = [entry]  # exactly sized
         if self.track_changes:
             self.changed[task.id] = task
         self.tasks[task.id] = task
         if task.key is not None:
             self.by_key[task.key] = task.id
         self.counters["submitted"] += 1
-        if first == DELAYED:
+        if first is DELAYED:
             self._delay(task, now)
             return task
         if task.timeout is not None:
