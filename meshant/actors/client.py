@@ -14,12 +14,14 @@ attachments (:mod:`meshant.actors.attach`). ``AsyncClient``
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import zmq
@@ -35,6 +37,7 @@ from meshant.actors.graphs import ClientGraphs, GraphHandle, nodes_of
 from meshant.core.peers import client_session as cs_
 from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.link import Item
+from meshant.core.tasks import delays
 from meshant.errors import (
     BadInput,
     MeshantError,
@@ -68,6 +71,41 @@ class SubmitOptions(TypedDict, total=False):
     retry_base: float | None
     retry_cap: float | None
     retry_on: Iterable[str | type[BaseException]] | bool | None
+    at: datetime | float | None
+    after: float | timedelta | str | None
+    concurrency: tuple[str, int] | None
+    cost: float | None
+
+
+def _delay_fields(at: datetime | float | None, after: float | timedelta | str | None
+                  ) -> dict[str, float]:
+    """``at``/``after`` as the wire carries them (core/tasks/delays.py); BadInput, one
+    line, for what is not a time or a duration."""
+    if at is not None and after is not None:
+        raise BadInput("submit takes at= (a time) or after= (a duration), not both")
+    if at is not None:
+        if isinstance(at, datetime):
+            return {"at": at.timestamp()}  # (a naive datetime is local time)
+        if at.__class__ in (int, float) and math.isfinite(at) and at >= 0:
+            return {"at": float(at)}
+        raise BadInput(f"at= is a datetime or wall-clock seconds since 1970, not {at!r}")
+    if after is None:
+        return {}
+    try:
+        if isinstance(after, timedelta):
+            seconds = after.total_seconds()
+        elif isinstance(after, str):
+            seconds = delays.parse_duration(after)
+        elif after.__class__ in (int, float):
+            seconds = float(after)
+        else:
+            raise ValueError(f"after= is seconds, a timedelta or a duration ('5m'), not "
+                             f"{after!r}")
+        if not 0 <= seconds <= delays.MAX_DELAY:
+            raise ValueError(f"after= is 0 to 366 days, not {seconds!r} s")
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    return {"after": seconds} if seconds > 0 else {}
 
 
 def _retry_names(retry_on: Iterable[str | type[BaseException]] | bool) -> list[str]:
@@ -351,6 +389,10 @@ class Client(Peer):
         retry_base: float | None = None,
         retry_cap: float | None = None,
         retry_on: Iterable[str | type[BaseException]] | bool | None = None,
+        at: datetime | float | None = None,
+        after: float | timedelta | str | None = None,
+        concurrency: tuple[str, int] | None = None,
+        cost: float | None = None,
     ) -> TaskFuture[Any]:
         """Submit a task; the future resolves to its result or raises a MeshantError.
         ``capability``: its name, or a handler decorated with ``@forager.task`` (then
@@ -370,6 +412,16 @@ class Client(Peer):
         lease is retried while ``max_attempts`` last). ``retry_on`` retries handler
         exceptions too: exception classes or their names (``["TimeoutError"]``), or
         ``True`` for any; the handler's own ``retry_on`` is honoured as well.
+
+        ``at`` (a datetime, or wall-clock seconds) or ``after`` (seconds, a timedelta, or
+        ``"5m"``, ``"1h30m"``) delays the task: the queen journals it and starts it no
+        earlier (on its own clock); until then it is ``delayed``, and can be cancelled.
+
+        ``concurrency=(key, n)``: at most ``n`` tasks submitted with ``key`` run at once
+        in the colony (the queen's own ``--limit`` rules hold as well); the others wait
+        queued, ``task_status`` saying which limit holds them. ``cost``: the tokens this
+        task takes from the queen's rate limits (``--limit llm=90000/min`` counts tokens
+        a minute when each task says what it costs; default 1, a request).
         """
         if self._died is not None:
             raise self._died
@@ -404,6 +456,19 @@ class Client(Peer):
             body["retry_cap"] = retry_cap
         if retry_on:
             body["retry_on"] = _retry_names(retry_on)
+        if at is not None or after is not None:
+            body.update(_delay_fields(at, after))
+        if concurrency is not None:
+            if not (isinstance(concurrency, tuple | list) and len(concurrency) == 2
+                    and isinstance(concurrency[0], str) and 0 < len(concurrency[0]) <= 200
+                    and concurrency[1].__class__ is int and 1 <= concurrency[1] <= 1_000_000):
+                raise BadInput(f"concurrency is (key, n): a key of 1-200 characters and 1 to "
+                               f"1,000,000 tasks at once, not {concurrency!r}")
+            body["concurrency"] = {"key": concurrency[0], "max": concurrency[1]}
+        if cost is not None:
+            if cost.__class__ not in (int, float) or not 0 < cost <= 1e9:
+                raise BadInput(f"cost is a number of tokens above 0, not {cost!r}")
+            body["cost"] = cost
         msg = p.Message("task.submit", body, frm=self.name, to="queen")
         tp = tracing.current()
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from meshant import protocol as p
 from meshant.actors.durable import Steps, replayed
 from meshant.actors.failures import TRACEBACK_FRAMES, error_body, frames, own_failure
-from meshant.errors import AskTimeout, ConfigError, TaskCancelled
+from meshant.errors import AskTimeout, BadInput, ConfigError, TaskCancelled
 
 # Seconds a sub-task's call waits for the queen's answer (it comes in one turn; a queen
 # away this long fails the call with Timeout, and the task's retry policy decides).
@@ -271,6 +271,19 @@ class TaskContext:
         if note is not None:
             body["note"] = str(note)
         self._forager.send_message(p.Message("task.progress", body, ref=self.ref, to="queen"))
+        self._room()
+
+    def charge(self, n: float) -> None:
+        """Report what this run really spent, in all (a model call's tokens): the queen's
+        rate limits count that instead of the task's submitted ``cost`` (the difference
+        comes off, or back onto, its buckets). Sent numbered, as progress is (re-sent
+        after a reconnect, taken once); nothing without ``progress`` negotiated."""
+        if n.__class__ not in (int, float) or not 0 <= n <= 1e9:
+            raise BadInput(f"charge takes the tokens spent, a number from 0, not {n!r}")
+        if self._cancelled or "progress" not in self._forager.features:
+            return
+        self._forager.send_message(p.Message("task.progress", {"charge": n}, ref=self.ref,
+                                             to="queen"))
         self._room()
 
     def spawn(self, name: str, capability: str, payload: Any = None, *,

@@ -39,6 +39,7 @@ from meshant.core.queen.router import (
     Send,
 )
 from meshant.core.queen.state import _Info
+from meshant.core.tasks.limits import parse_rules
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.errors import ConfigError, JournalError, Timeout
 from meshant.observe import tracing
@@ -73,6 +74,9 @@ class Queen:
                  context: zmq.Context[Any] | None = None, **settings: Any) -> None:
         if "mdns_interfaces" in settings and settings["mdns_interfaces"] is not None:
             settings["mdns_interfaces"] = tuple(settings["mdns_interfaces"])
+        if isinstance(settings.get("limits"), list | str):
+            lim = settings["limits"]
+            settings["limits"] = (lim,) if isinstance(lim, str) else tuple(lim)
         try:
             c = self.config = dataclasses.replace(config or QueenConfig(), **settings)
         except TypeError as e:
@@ -80,6 +84,10 @@ class Queen:
         if c.durability not in ("process", "power"):
             raise ConfigError(f"durability {c.durability!r}: use 'process' (survive a killed "
                               "queen) or 'power' (survive a power cut too)")
+        try:
+            parse_rules(c.limits)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if not 0 <= c.journal_defer <= 10:
             raise ConfigError(f"journal_defer {c.journal_defer!r}: seconds between 0 and 10")
         self.bind = bind

@@ -18,11 +18,12 @@ import click
 from click.core import ParameterSource
 
 from meshant.cli._options import JSON_OPT, Connection, client_options, error_text, jsonable
+from meshant.errors import MeshantError
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_JOURNAL = "meshant-queen.db"
-STATES = ("queued", "assigned", "accepted", "input-required", "suspended", "completed",
-          "failed", "cancelled")
+STATES = ("delayed", "queued", "assigned", "accepted", "input-required", "suspended",
+          "completed", "failed", "cancelled")
 # What `meshant status` and the dashboard count as running: on a forager, its slot held.
 RUNNING = ("assigned", "accepted", "input-required")
 
@@ -91,6 +92,17 @@ def _open_journal(path: str) -> Any:
         raise click.ClickException(str(e)) from None
 
 
+def _held(conn: Connection, task_id: str) -> str | None:
+    """Which limit holds a queued task, as the running queen says (None: none, or no
+    queen answered)."""
+    try:
+        with conn.client() as client:
+            held = client.task_status(task_id).get("held")
+    except (click.ClickException, MeshantError):
+        return None
+    return str(held) if held else None
+
+
 def _why(state: str, why: str) -> str:
     """A timeline entry's text; a progress report's fraction as a percentage."""
     m = re.match(r"(\d+(?:\.\d+)?)(?:\s|$)", why) if state == "progress" else None
@@ -120,9 +132,9 @@ def tasks(conn: Connection, journal: str | None, state: str | None, capability: 
         rows = sorted(rows, key=lambda r: r["created"], reverse=True)[:limit]
     for r in rows:
         if as_json:
-            click.echo(json.dumps({k: r[k] for k in ("id", "capability", "state", "attempt",
-                                                     "forager", "client_name", "priority",
-                                                     "created", "updated")}))
+            click.echo(json.dumps({k: r.get(k) for k in (
+                "id", "capability", "state", "attempt", "forager", "client_name", "priority",
+                "created", "updated", "not_before")}))
         else:
             click.echo(f"{r['id']:24} {r['state']:10} {r['capability']:16} attempt "
                        f"{r['attempt']}  {r['forager'] or '-'}")
@@ -145,18 +157,26 @@ def task(conn: Connection, journal: str | None, task_id: str, verify: bool,
         j.close()
     if t is None:
         raise click.ClickException(f"no task {task_id!r} in {j.path}")
+    if t["state"] == "queued":  # why it waits (a limit) is the running queen's to say
+        t["held"] = _held(conn, task_id)
     if as_json:
-        click.echo(json.dumps({"id": t["id"], "state": t["state"], "events": t["events"],
+        click.echo(json.dumps({"id": t["id"], "state": t["state"], "held": t.get("held"),
+                               "not_before": t.get("not_before"), "events": t["events"],
                                "final": t["final"], "problems": problems, "steps": steps,
                                "parent": t.get("parent"), "waiting": t.get("wake")},
                               default=jsonable))
     else:
-        click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}")
+        click.echo(f"task {t['id']} ({t['capability']}) from {t['client_name']}: {t['state']}"
+                   + (" until " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(
+                       t["not_before"])) if t["state"] == "delayed" and t.get("not_before")
+                      else ""))
         t0 = t["events"][0]["ts"] if t["events"] else 0.0
         for e in t["events"]:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"]))
             click.echo(f"  {stamp} +{e['ts'] - t0:8.3f}s  {e['state']:10} "
                        f"{_why(e['state'], e['why'] or '')}")
+        if t.get("held"):
+            click.echo(f"  {t['held']}")
         if t.get("parent"):
             click.echo(f"  sub-task of {t['parent']}")
         if steps:

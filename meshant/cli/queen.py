@@ -39,6 +39,14 @@ def _journal_files(journal: str | None) -> list[str]:
     return [f for f in (journal, journal + "-wal", journal + "-shm") if not os.path.exists(f)]
 
 
+def _limit_lines(path: str | None) -> list[str]:
+    """The rules of a --limits-file, one a line (comments and blank lines dropped)."""
+    if path is None:
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line for raw in f if (line := raw.split("#", 1)[0].strip())]
+
+
 def _remove(files: list[str]) -> None:
     import os
 
@@ -164,6 +172,17 @@ def _stop_on_signals(stop: Any) -> None:
                    "(repeatable; space-separated in the variable; '*' for any). By default "
                    "only the bound address, localhost and loopback addresses: another Host "
                    "gets 403, so no web page can reach the port by DNS rebinding.")
+@click.option("--limit", "limits", multiple=True, metavar="RULE",
+              envvar="MESHANT_LIMITS", show_envvar=True,
+              help="At most N tasks running at once, colony-wide, of a capability "
+                   "(llm=10), or per value of a payload field or a label "
+                   "(llm:payload.tenant=2, *:labels.region=5); or a rate, a token bucket "
+                   "(llm=600/min, llm:payload.tenant=10/s,burst=20; ',cost' counts each "
+                   "task's cost: llm=90000/min,cost). Held tasks wait queued, fairly "
+                   "between keys (repeatable; space-separated in the variable; see "
+                   "docs/limits.md).")
+@click.option("--limits-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="More --limit rules, one a line ('#' comments).")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
           hb_misses: int, max_queue: int, max_graph_nodes: int, no_forager_wait: float,
@@ -177,7 +196,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
           retry_base: float, retry_cap: float,
           breaker_threshold: int, breaker_cooldown: float, http: str | None,
           http_token: str | None, http_read_token: str | None,
-          http_allow_host: tuple[str, ...], as_json: bool) -> None:
+          http_allow_host: tuple[str, ...], limits: tuple[str, ...],
+          limits_file: str | None, as_json: bool) -> None:
     """Run a queen: binds a ROUTER and a PUB and serves until Ctrl-C/SIGTERM."""
     from meshant.actors.queen import Queen
     from meshant.adapters.discovery import is_loopback
@@ -199,7 +219,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             mdns_interfaces=tuple(mdns_interfaces) or None,
             curve_secret=curve_secret, authorized=authorized, http=http,
             http_token=http_token, http_read_token=http_read_token,
-            http_allow_host=tuple(http_allow_host))
+            http_allow_host=tuple(http_allow_host),
+            limits=(*limits, *_limit_lines(limits_file)))
         fresh = _journal_files(journal)
         q = Queen(bind, pub, config=config)
     except (MeshantError, ValueError) as e:

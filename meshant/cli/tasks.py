@@ -21,6 +21,7 @@ from meshant.cli._options import (
     jsonable,
     labels,
 )
+from meshant.core.tasks import delays
 from meshant.errors import MeshantError
 
 
@@ -145,6 +146,35 @@ def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> N
     sys.exit(130)
 
 
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return delays.parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
+                 ) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    key, sep, n = value.rpartition("=")
+    if not sep or not key or not n.isdigit() or not 1 <= int(n) <= 1_000_000:
+        raise click.BadParameter(f"{value!r}: write KEY=N, a key and 1 to 1,000,000 tasks "
+                                 "(tenant-a=2)")
+    return key, int(n)
+
+
+def _time(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return delays.parse_time(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @click.command()
 @client_options(connect_timeout=10.0)
 @click.argument("capability")
@@ -166,16 +196,33 @@ def _interrupted(client: Any, futures: list[tuple[Any, float]], keep: bool) -> N
 @click.option("--retry-on", "retry_on", multiple=True, metavar="TYPE",
               help="Retry the task when its handler raises this exception type (repeatable; "
                    "'*': any). By default a handler's exception fails the task at once.")
+@click.option("--in", "delay_in", metavar="DURATION", callback=_duration,
+              help="Start no earlier than this from now: 90, 90s, 5m, 1h30m, 2d (the queen "
+                   "journals the task as delayed; it can be cancelled until then).")
+@click.option("--at", "delay_at", metavar="ISO-8601", callback=_time,
+              help="Start no earlier than this time: 2026-12-24T18:00 (local time), "
+                   "...T18:00+01:00, ...T17:00Z.")
+@click.option("--concurrency", "concurrency", metavar="KEY=N", callback=_concurrency,
+              help="At most N tasks submitted with KEY run at once, colony-wide (the "
+                   "queen's --limit rules hold as well); the others wait queued.")
+@click.option("--cost", type=click.FloatRange(0, 1e9, min_open=True),
+              help="Tokens each task takes from the queen's rate limits (default 1).")
 @click.option("--count", "-n", type=click.IntRange(1), default=1, show_default=True,
               help="Submit the payload this many times.")
 @click.option("--stream", is_flag=True, help="Print progress and partial results as they come.")
+@click.option("--no-wait", is_flag=True,
+              help="Print each task's id (and state) once the queen has journaled it, and "
+                   "exit; follow it with `meshant task ID`.")
 @click.option("--keep-running", is_flag=True,
               help="On Ctrl-C, leave the submitted tasks running (default: cancel them).")
 @JSON_OPT
 def submit(conn: Connection, capability: str, payload: str | None, priority: int,
            timeout: float | None, max_attempts: int | None, to: str | None,
            label_values: tuple[str, ...], wait: float | None, key: str | None,
-           retry_base: float | None, retry_on: tuple[str, ...], count: int, stream: bool,
+           retry_base: float | None, retry_on: tuple[str, ...], delay_in: float | None,
+           delay_at: float | None, concurrency: tuple[str, int] | None,
+           cost: float | None, count: int,
+           stream: bool, no_wait: bool,
            keep_running: bool, as_json: bool) -> None:
     """Submit tasks and print their results. PAYLOAD_JSON '-' reads JSON lines from stdin;
     a string payload is JSON too: '"hello"'.
@@ -184,14 +231,29 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
     offered), and when a task asks a question (answer it with `meshant answer TASK_ID
     JSON`). Ctrl-C (or SIGTERM) cancels the tasks not finished yet (--keep-running leaves
     them running) and exits 130.
+    With --in or --at the tasks are delayed: `meshant status` counts them apart from the
+    queued ones, `meshant tasks --state delayed` lists them, `meshant cancel` cancels them.
+
     Exits 1 if any task failed.
     """
+    if delay_in is not None and delay_at is not None:
+        raise click.UsageError("give --in (a duration) or --at (a time), not both")
     payloads = _payloads(payload, count)
     want = labels(label_values)
     kw: dict[str, Any] = {"priority": priority, "timeout": timeout, "to": to,
                           "labels": want, "max_attempts": max_attempts,
                           "wait": wait, "key": key, "retry_base": retry_base,
                           "retry_on": list(retry_on) or None}
+    if delay_in:
+        kw["after"] = delay_in
+    if delay_at is not None:
+        kw["at"] = delay_at
+    if no_wait:
+        kw["ack"] = True
+    if concurrency is not None:
+        kw["concurrency"] = concurrency
+    if cost is not None:
+        kw["cost"] = cost
     if any(not t.strip() for t in retry_on):
         raise click.BadParameter("an exception type's name (or '*' for any)",
                                  param_hint="--retry-on")
@@ -209,13 +271,48 @@ def submit(conn: Connection, capability: str, payload: str | None, priority: int
                     _say_missing(capability, to, want, offered, wait)
             for pl in payloads:
                 futures.append((client.submit(capability, pl, **kw), time.monotonic()))
-            failed = _collect(client, futures, capability, stream, as_json, started)
+            if no_wait:
+                failed = _acknowledged(client, [f for f, _ in futures], as_json,
+                                       conn.timeout)
+            else:
+                failed = _collect(client, futures, capability, stream, as_json, started)
         except KeyboardInterrupt:
             _interrupted(client, futures, keep_running)
         finally:
             signal.signal(signal.SIGTERM, old_term)
     if failed:
         sys.exit(1)
+
+
+def _acknowledged(client: Any, futures: list[Any], as_json: bool, timeout: float) -> int:
+    """--no-wait: each task's id and state once the queen said it has it (journaled);
+    returns how many it refused or did not confirm within ``timeout``."""
+    failed = 0
+    for fut in futures:
+        until = time.monotonic() + timeout
+        while not fut.acknowledged and not fut.done() and time.monotonic() < until:
+            time.sleep(0.005)  # (the client's I/O thread sets it)
+        if fut.done() and fut.exception(0) is not None:
+            failed += 1
+            e = fut.exception(0)
+            click.echo(f"task {fut.task_id} refused: {getattr(e, 'message', e)}", err=True)
+            continue
+        if not fut.acknowledged and not fut.done():
+            failed += 1
+            click.echo(f"task {fut.task_id}: not confirmed by the queen within {timeout:g} s",
+                       err=True)
+            continue
+        st = client.task_status(fut.task_id)
+        rec = {"task": fut.task_id, "state": st["state"]}
+        if st.get("not_before") is not None:
+            rec["not_before"] = st["not_before"]
+        if as_json:
+            click.echo(json.dumps(rec))
+        else:
+            when = (" until " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(
+                rec["not_before"]))) if "not_before" in rec else ""
+            click.echo(f"{fut.task_id} {rec['state']}{when}")
+    return failed
 
 
 def _sigterm_as_interrupt(_sig: int, _frame: Any) -> None:
@@ -299,7 +396,9 @@ def status(conn: Connection, as_json: bool) -> None:
     # This command's own client is one of the queen's clients: not counted or listed.
     others = max(0, st["clients"] - 1)
     click.echo(f"{len(st['foragers'])} foragers, {others} client{'s' * (others != 1)}, "
-               f"{st['queued']} queued, {st['running']} running"
+               f"{st['queued']} queued, "
+               + (f"{st['delayed']} delayed, " if st.get("delayed") else "")
+               + f"{st['running']} running"
                + (f", {st['suspended']} suspended" if st.get("suspended") else ""))
     if st["foragers"]:
         click.echo(f"  {'NAME':30} {'STATE':9} {'SLOTS':>5} {'BUSY':>5} {'SEEN':>6}  TOOLS")
@@ -325,6 +424,17 @@ def status(conn: Connection, as_json: bool) -> None:
     for g in st.get("graphs") or []:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(g["counts"].items()))
         click.echo(f"graph {g['graph']} {g['state']}: {g['nodes']} nodes ({counts})")
+    waits = [f"{x['limit']}" + (f" {x['key']}" if x["key"] else "")
+             + f" {x['waiting']} waiting" for x in st.get("rates") or []]
+    if waits:
+        click.echo("rates: " + ", ".join(waits[:10]))
+    held = [x for x in st.get("limits") or [] if x["waiting"] or x["running"]]
+    if held:
+        click.echo("limits: " + ", ".join(
+            f"{x['limit']}" + (f" {x['key']}" if x["key"] else "")
+            + f" {x['running']}/{x['max']} running" + (f", {x['waiting']} waiting"
+                                                       if x["waiting"] else "")
+            for x in held[:10]))
     if st.get("dead_letters"):
         click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]

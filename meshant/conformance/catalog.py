@@ -67,6 +67,8 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
     (_Q, "q.deadline", "§6", "a task past its timeout fails deadline-exceeded"),
     (_Q, "q.cancel", "§6", "a client's cancel ends the task cancelled and cancels the "
      "assignment"),
+    (_Q, "q.delayed", "§6", "a submission with after is delayed (task.state, not_before), "
+     "assigned no earlier, cancellable while it waits; a bad delay is bad-value"),
     (_Q, "q.exhausted", "§6", "a task whose forager leaves, with no attempts left, fails "
      "attempts-exhausted"),
     (_Q, "q.fencing", "§6", "a late result of an abandoned attempt is dropped: one final "

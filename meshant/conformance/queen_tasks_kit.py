@@ -4,6 +4,7 @@ failure code, fencing, malformed answers, batches and feature gating. Mixed into
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from meshant import protocol as p
@@ -191,6 +192,32 @@ class TaskChecks:
         sub2 = self.submit(c, cap)
         self.assigned(f, sub2.id)
         return "queued and assigned; the slot is free after the forager's answer"
+
+    def _delayed(self) -> str:
+        cap = self.cap()
+        f = self.forager([cap])
+        c = self.client()
+        bad = self.submit(c, cap, after=-1)
+        e = c.expect(kind_is("error", bad.id), self.timeout, "the refusal of after: -1")
+        require(e.b.get("code") == "bad-value", f"after: -1 answered {e.b}")
+        gone = self.submit(c, cap, after=3600)
+        t0 = time.monotonic()
+        sub = self.submit(c, cap, after=0.5)
+        c.send("task.status", {"task": sub.id})
+        st = c.expect(lambda m: m.kind == "task.state" and m.b.get("task") == sub.id,
+                      self.timeout, "task.state of the delayed task")
+        require(st.b.get("state") == "delayed" and isinstance(
+            st.b.get("not_before"), int | float), f"a delayed task's state: {st.b}")
+        a = self.assigned(f, sub.id)
+        early = time.monotonic() - t0
+        require(early >= 0.5 - 0.02, f"assigned {early:.3f} s after a submission with "
+                "after: 0.5")
+        f.send("task.result", {"status": "ok", "result": None}, ref=a.id)
+        self.final(c, sub.id)
+        c.send("task.cancel", {"task": gone.id})
+        m = self.final(c, gone.id)
+        require(m.b.get("state") == "cancelled", f"a delayed task cancelled: {m.b}")
+        return f"assigned {early:.3f} s after submission (after: 0.5)"
 
     def _exhausted(self) -> str:
         cap = self.cap()

@@ -21,6 +21,7 @@ class LifecycleError(RuntimeError):
 
 
 class TaskState(StrEnum):
+    DELAYED = "delayed"  # not to start before a time (core/tasks/delays.py): in no queue
     QUEUED = "queued"
     ASSIGNED = "assigned"
     ACCEPTED = "accepted"
@@ -42,11 +43,14 @@ class TaskEvent(StrEnum):
     COMPLETE = "complete"
     FAIL = "fail"
     CANCEL = "cancel"
+    RELEASE = "release"  # a delayed task's time came: it joins its queue
 
 
 _T = TaskState
 _E = TaskEvent
 TASK: dict[tuple[TaskState, TaskEvent], TaskState] = {
+    (_T.DELAYED, _E.RELEASE): _T.QUEUED,
+    (_T.DELAYED, _E.CANCEL): _T.CANCELLED,
     (_T.QUEUED, _E.ASSIGN): _T.ASSIGNED,
     (_T.QUEUED, _E.FAIL): _T.FAILED,
     (_T.QUEUED, _E.CANCEL): _T.CANCELLED,

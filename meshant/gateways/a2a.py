@@ -122,7 +122,8 @@ log = logging.getLogger("meshant.gateways.a2a")
 
 SPEC = f"A2A {PROTOCOL_VERSION_CURRENT}"
 BINDINGS = ("JSONRPC", "HTTP+JSON")
-STATES = {"queued": TaskState.TASK_STATE_SUBMITTED, "assigned": TaskState.TASK_STATE_WORKING,
+STATES = {"queued": TaskState.TASK_STATE_SUBMITTED, "delayed": TaskState.TASK_STATE_SUBMITTED,
+          "assigned": TaskState.TASK_STATE_WORKING,
           "accepted": TaskState.TASK_STATE_WORKING,
           "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
           "completed": TaskState.TASK_STATE_COMPLETED, "failed": TaskState.TASK_STATE_FAILED,

@@ -96,8 +96,34 @@ class _Collector:
         yield GaugeMetricFamily("meshant_tasks_queued", "Tasks queued (all capabilities, "
                                 "those waiting out a retry backoff included).",
                                 value=s["queued"])
+        yield GaugeMetricFamily("meshant_tasks_delayed", "Tasks delayed: not to start before "
+                                "a time (submit at=/after=), in no queue yet.",
+                                value=s.get("delayed", 0))
         yield GaugeMetricFamily("meshant_tasks_running", "Attempts in flight on foragers.",
                                 value=s["running"])
+        # Why tasks wait: the busiest limits' slots (docs/limits.md).
+        run = GaugeMetricFamily("meshant_limit_running", "Tasks holding a concurrency "
+                                "limit's tokens, per limit and key (the busiest 20).",
+                                labels=["limit", "key"])
+        held = GaugeMetricFamily("meshant_limit_waiting", "Tasks queued, held back by a "
+                                 "concurrency limit, per limit and key.",
+                                 labels=["limit", "key"])
+        for x in s.get("limits") or []:
+            run.add_metric([x["limit"], x["key"]], x["running"])
+            held.add_metric([x["limit"], x["key"]], x["waiting"])
+        yield run
+        yield held
+        rw = GaugeMetricFamily("meshant_rate_waiting", "Tasks queued, waiting for a rate "
+                               "limit's bucket to refill, per limit and key.",
+                               labels=["limit", "key"])
+        rt = GaugeMetricFamily("meshant_rate_tokens", "Tokens in a rate limit's bucket "
+                               "that tasks wait at, per limit and key.",
+                               labels=["limit", "key"])
+        for x in s.get("rates") or []:
+            rw.add_metric([x["limit"], x["key"]], x["waiting"])
+            rt.add_metric([x["limit"], x["key"]], x["tokens"])
+        yield rw
+        yield rt
         g = GaugeMetricFamily("meshant_foragers", "Foragers by state (offline: the recently "
                               "gone the queen remembers, at most 64).", labels=["state"])
         for state in ("active", "draining", "offline"):

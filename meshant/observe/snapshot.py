@@ -258,6 +258,10 @@ class Observer:
             "slots_free": slots_free,
             "running": in_flight,
             "queued": queued_total,
+            "delayed": sched.delayed,
+            # Who waits at which limit (core/tasks/limits.py, rates.py): the busiest 20.
+            "limits": sched.limits.state(20) if sched.limits.active else [],
+            "rates": sched.rates.state(now, 20) if sched.rates.active else [],
             "queues": queued_by,
             "submitted": dict(submitted),
             "completed": dict(caps.completed),

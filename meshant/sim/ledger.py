@@ -36,6 +36,7 @@ class Submission:
     cancelled: bool = False
     max_attempts: int = 3
     retry_on: tuple[str, ...] = ()
+    due: float | None = None  # delayed (at=/after=): not to start before, virtual time
 
 
 @dataclass(slots=True)
@@ -83,6 +84,10 @@ class Ledger:
         # Commits a power cut took back (durability "process"): the promises that rest on
         # the journal keeping everything hold for the runs without one.
         self.lossy = 0
+        # How early, in virtual time, a queen may start a delayed task and still keep to
+        # its own wall clock: the processes' wall clocks disagree (skew), their clocks
+        # drift.
+        self.delay_slack = 0.0
         # Told of each outcome as it reaches its submitter (the colony checks what
         # follows from it: a cancel reaching the run).
         self.on_outcome: Callable[[str, dict[str, Any]], None] | None = None

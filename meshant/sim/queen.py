@@ -12,19 +12,22 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from meshant import protocol as p
 from meshant.actors._reads import answer
 from meshant.core.journal.lease import Hint, LeaseHold, Roles, StepDown, TakeOver
+from meshant.core.lifecycle import TaskState
 from meshant.core.nodes.registry import Node
 from meshant.core.queen import outbox
 from meshant.core.queen.carry import carry_out
 from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
+from meshant.core.tasks.limits import Rule, parse_rules
 from meshant.core.tasks.model import QUEUED, SUSPENDED, Task, graph_node_of, is_graph_node
+from meshant.core.tasks.rates import RateRule
 from meshant.core.tasks.work import Deliver
 from meshant.errors import Deposed
 from meshant.sim.ledger import Ledger
@@ -88,6 +91,10 @@ class SimQueen:
         database); neither: no journal."""
         self.name = name
         self.config = config
+        self._rules: list[Rule] | None = None  # its concurrency limits, parsed once
+        self._rates: list[RateRule] | None = None  # and its rate limits
+        # What went through each rate limit's bucket: (core, limit, key) -> [(t, cost)].
+        self._taken: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
         self.clock = clock
         self.net = net
         self.ledger = ledger
@@ -420,6 +427,7 @@ class SimQueen:
         core.end_turn(now)
         actions = core.take()
         self._check_assigns(core, actions)
+        self._check_limits(core)
         self._check_bounds(core)
         self._check_updates(core)
         self._carry_out(core, actions)
@@ -610,17 +618,102 @@ class SimQueen:
                     self.ledger.fail("attempts-bounded", f"{b['task']} was assigned again "
                                      f"after {task.tries} failed tries of its "
                                      f"{task.max_attempts}")
-                better = _better_queued(sched.tasks.values(), task, node)
+                better = _better_queued(sched.tasks.values(), task, node,
+                                        _Either(sched.limits.parked, sched.rates.parked))
                 if better is not None:
                     self.ledger.fail("priority-order", f"{b['task']} (priority "
                                      f"{task.priority}) went to {node.name} while {better.id}"
                                      f" (priority {better.priority}) waited for it")
                 if is_graph_node(task.id):
                     self._check_graph_node(core, task.id)
+                self._check_delay(core, task)
+                self._check_rate(core, task)
         for node, runs in sched.running.items():
             if len(runs) > node.slots:
                 self.ledger.fail("slots", f"{len(runs)} tasks in flight to {node.name}, "
                                  f"which has {node.slots} slots")
+
+    def _check_delay(self, core: QueenCore, task: Task) -> None:
+        """A delayed task never starts before its time: on the assigning queen's own wall
+        clock, never before the ``not_before`` it journaled; in virtual time, never
+        before its due time, less what the processes' clocks may disagree by."""
+        now = self.clock.now
+        if task.not_before is not None and core.state.wall(now) < task.not_before - 1e-6:
+            self.ledger.fail("delay-kept", f"{task.id} was assigned at {core.state.wall(now):.3f}"
+                             f" on {self.life}'s wall clock, before its not_before "
+                             f"{task.not_before:.3f}")
+        sub = self.ledger.submissions.get(task.id)
+        virtual = self.net.clock.now
+        if sub is not None and sub.due is not None and \
+                virtual < sub.due - self.ledger.delay_slack:
+            self.ledger.fail("delay-kept", f"{task.id} was assigned at {virtual:.3f}, before "
+                             f"its time {sub.due:.3f} (less {self.ledger.delay_slack:.3f} s "
+                             "the clocks may disagree by)")
+
+    def _check_rate(self, core: QueenCore, task: Task) -> None:
+        """Never more through a rate limit's bucket than it allows over any window: at
+        most burst + rate x T of cost in any T seconds (of this queen's life: a queen
+        that starts, or takes over, starts its buckets full)."""
+        if not core.scheduler.rates.active:
+            return
+        rates = self._rates
+        if rates is None:
+            rates = self._rates = [r for r in parse_rules(self.config.limits)
+                                   if isinstance(r, RateRule)]
+        now = self.clock.now
+        cost = task.cost if task.cost is not None else 1.0
+        for r in rates:
+            if r.capability not in ("*", task.capability):
+                continue
+            key = ""
+            if r.source is not None:
+                src = task.labels if r.source == "labels" else task.payload
+                if not isinstance(src, dict) or src.get(r.field or "") is None:
+                    continue
+                key = str(src[r.field or ""])
+            log = self._taken.setdefault((id(core), r.text, key), [])
+            log.append((now, cost if r.by_cost else 1.0))
+            total = 0.0
+            for t1, c in reversed(log):
+                total += c
+                if total > r.burst + r.rate * (now - t1) + 1e-6:
+                    self.ledger.fail("rate-window", f"{total:g} of cost went through "
+                                     f"{r.text} key {key!r} in {now - t1:.3f} s on "
+                                     f"{self.life}: at most {r.burst:g} + {r.rate:g}/s")
+
+    def _check_limits(self, core: QueenCore) -> None:
+        """Never more tasks running than a concurrency limit allows (counted here from the
+        rules and the tasks, not from the limiter's books), and no task held back at a
+        limit that has room (a key starved)."""
+        sched = core.scheduler
+        lim = sched.limits
+        if not lim.active:
+            return
+        rules = self._rules
+        if rules is None:
+            rules = self._rules = [r for r in parse_rules(self.config.limits)
+                                   if isinstance(r, Rule)]
+        running: dict[tuple[str, str], int] = {}
+        most: dict[tuple[str, str], int] = {}
+        # (Every running task has a current attempt: on its forager, or held for it.)
+        live = {att.task.id: att.task for runs in sched.running.values()
+                for att in runs.values()}
+        live.update((att.task.id, att.task) for att in sched.held.values())
+        for t in live.values():
+            if t.state not in _RUNNING or t.id not in sched.tasks:
+                continue
+            for name, key, n in _limits_of(rules, t):
+                running[(name, key)] = running.get((name, key), 0) + 1
+                most[(name, key)] = n
+        for (name, key), n in running.items():
+            if n > most[(name, key)]:
+                self.ledger.fail("limit-running", f"{n} tasks of {name} key {key!r} run at "
+                                 f"once on {self.life}, over its {most[(name, key)]}")
+        for task_id, slot in lim.parked.items():
+            if lim.taken.get(slot, 0) < lim.max_of(slot):
+                self.ledger.fail("limit-fair", f"{task_id} waits at {lim.slot_text(slot)}, "
+                                 f"which has room ({lim.taken.get(slot, 0)} of "
+                                 f"{lim.max_of(slot)} taken)")
 
     def _check_graph_node(self, core: QueenCore, task_id: str) -> None:
         where = graph_node_of(task_id)
@@ -702,11 +795,45 @@ class _SimQueenPort:
         pass
 
 
-def _better_queued(tasks: Iterable[Task], task: Task, node: Node) -> Task | None:
-    """A task still queued for ``node`` that should have left before ``task``."""
+class _Either:
+    """Task ids held back by a concurrency limit or a rate limit."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[str], b: Container[str]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
+_RUNNING = frozenset({TaskState.ASSIGNED, TaskState.ACCEPTED, TaskState.INPUT_REQUIRED})
+
+
+def _limits_of(rules: list[Rule], t: Task) -> list[tuple[str, str, int]]:
+    """(limit, key, max) of each concurrency limit a task falls under, read afresh."""
+    out: list[tuple[str, str, int]] = []
+    if t.concurrency is not None:
+        out.append(("concurrency", t.concurrency[0], t.concurrency[1]))
+    for r in rules:
+        if r.capability not in ("*", t.capability):
+            continue
+        if r.source is None:
+            out.append((r.text, "", r.max))
+            continue
+        src = t.labels if r.source == "labels" else t.payload
+        if isinstance(src, dict) and src.get(r.field or "") is not None:
+            out.append((r.text, str(src[r.field or ""]), r.max))
+    return out
+
+
+def _better_queued(tasks: Iterable[Task], task: Task, node: Node,
+                   held: Container[str] = ()) -> Task | None:
+    """A task still queued for ``node`` that should have left before ``task`` (``held``:
+    those a concurrency limit holds back)."""
     for u in tasks:
         if (u.state != QUEUED or u.capability != task.capability or u.retry_timer
-                or (u.priority, u.order) >= (task.priority, task.order)):
+                or (u.priority, u.order) >= (task.priority, task.order) or u.id in held):
             continue
         if u.to is not None and u.to != node.name:
             continue

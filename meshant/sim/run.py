@@ -30,7 +30,7 @@ from meshant.core.queen.outbox import GraphRecord, Record, RecordMemory, Remembe
 from meshant.core.queen.router import QueenConfig
 from meshant.sim.ledger import Ledger, Violation
 from meshant.sim.peers import SimClient, SimForager, SimPeer
-from meshant.sim.queen import LeaseStore, SimQueen
+from meshant.sim.queen import WALL, LeaseStore, SimQueen
 from meshant.sim.weather import DEFAULT, Profile, Weather
 from meshant.sim.world import Clock, Net, ProcessClock, garbage
 from meshant.storage.journal import Journal
@@ -104,6 +104,7 @@ class Colony:
         self.clock = Clock()
         self.trace: list[str] = []
         self.ledger = Ledger()
+        self.ledger.delay_slack = 2 * weather.skew + weather.drift * END + 1e-6
         self.net = Net(self.clock, self.stream("net"), self.log, delay=weather.delay,
                        slow=weather.slow, pub_hwm=weather.pub_hwm, up_hwm=weather.up_hwm)
         shape, clocks, procs = self.stream("shape"), self.stream("clocks"), self.stream("procs")
@@ -112,7 +113,22 @@ class Colony:
         self.disk = sqlite3.connect(":memory:", isolation_level=None)
         store = LeaseStore(2.0, self.ledger) if self.failover else None
         self.store = store
-        cfg = config()
+        # Concurrency limits: from a stream of their own, as the delays.
+        lrng = self.stream("limits")
+        self.limits: list[str] = []
+        if lrng.random() < profile.limits:
+            self.limits.append(f"echo:payload.tenant={lrng.randint(1, 3)}")
+            if lrng.random() < 0.5:
+                self.limits.append(f"echo={lrng.randint(3, 6)}")
+            if lrng.random() < 0.3:
+                self.limits.append("*:payload.tenant=3")
+            if lrng.random() < 0.5:
+                self.limits.append(f"echo:payload.tenant={lrng.choice([2, 5, 10])}/s,"
+                                   f"burst={lrng.randint(1, 3)}"
+                                   + (",cost" if lrng.random() < 0.5 else ""))
+        self.own_limits = bool(self.limits) and lrng.random() < 0.5
+        self.tenants = lrng
+        cfg = config(limits=tuple(self.limits))
 
         def own_clock() -> ProcessClock:
             d, k = weather.drift, weather.skew
@@ -209,6 +225,10 @@ class Colony:
         keys: list[str] = []
         submitted: list[tuple[SimClient, str]] = []
         foragers = [f.name for f in self.foragers]
+        # Delayed tasks: drawn from a stream of their own (the rest of the workload is
+        # the same with them or without).
+        drng = self.stream("delays")
+        delayed = drng.random() < self.profile.delays
 
         def submit(i: int) -> None:
             c = rng.choice(self.clients)
@@ -237,11 +257,27 @@ class Colony:
             if rng.random() < 0.1:
                 options["max_attempts"] = rng.randint(1, 4)
             cap = "rare" if rng.random() < 0.1 else "echo"
+            due = None
+            if delayed and drng.random() < 0.3:
+                wait = drng.uniform(0.5, 10.0)
+                due = clock.now + wait
+                if drng.random() < 0.5:
+                    options["after"] = wait
+                else:  # (a wall-clock time, as the client's own clock reads it)
+                    options["at"] = WALL + getattr(c.clock, "skew", 0.0) + due
+            if self.limits:  # (every task names its tenant; some bring a limit of theirs)
+                tenant = self.tenants.choice("abcd")
+                payload["tenant"] = tenant
+                if self.own_limits and self.tenants.random() < 0.3:
+                    options["concurrency"] = {"key": f"own-{tenant}", "max": 1}
+                if self.tenants.random() < 0.2:
+                    options["cost"] = 0.5
             if not c.alive:
                 return
             # (Ids of the workload's own: a run shrunk to fewer faults, whose hellos use
             # fewer message ids, keeps the same task ids.)
             task = c.submit(cap, payload, id=f"{self.seed:x}-t{i}", **options)
+            self.ledger.submissions[task].due = due
             submitted.append((c, task))
 
         for i in range(n_tasks):

@@ -41,6 +41,8 @@ class Profile:
     swarm: bool = True
     big: float = 0.05  # a run of hundreds of tasks
     durable: float = 0.4  # a run with durable agents (steps, sleeps, sub-tasks, asks)
+    delays: float = 0.3  # a run with delayed tasks (at=/after=)
+    limits: float = 0.2  # a run whose queens hold tasks to concurrency limits
 
     def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: Any) -> Profile:
         """This profile with only these faults, at least ``faults[0]`` of them."""

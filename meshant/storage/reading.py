@@ -40,7 +40,7 @@ class JournalReader:
     @staticmethod
     def _row(r: tuple[Any, ...]) -> dict[str, Any]:
         d = dict(zip(COLS, r, strict=True))
-        for k in ("payload", "labels", "final", "retry_on", "wake"):
+        for k in ("payload", "labels", "final", "retry_on", "wake", "concurrency"):
             d[k] = unpack(d[k])
         return d
 

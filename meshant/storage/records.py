@@ -24,9 +24,10 @@ _BLOB_EXT = 2
 COLS = ("id", "capability", "payload", "client_name", "priority", "timeout", "to_name",
         "labels", "max_attempts", "wait", "state", "attempt", "tries", "forager",
         "created", "updated", "final", "idem_key", "dead", "retry_base", "retry_cap",
-        "retry_on", "parent", "wake")
+        "retry_on", "parent", "wake", "not_before", "concurrency", "cost")
 # Columns a journal may lack (added in place since; read as NULL from one opened read-only).
-ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB"}
+ADDED = {"retry_on": "BLOB", "parent": "TEXT", "wake": "BLOB", "not_before": "REAL",
+         "concurrency": "BLOB", "cost": "REAL"}
 SELECT = f"SELECT {', '.join(COLS)} FROM tasks"
 # An upsert both SQLite (3.24+) and PostgreSQL read the same way.
 INSERT = (f"INSERT INTO tasks ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))}) "
@@ -123,7 +124,10 @@ class TaskLog:
                                   t.submitted + to_wall, now, final, t.key, int(t.dead),
                                   t.retry_base, t.retry_cap,
                                   pack(list(t.retry_on)) if t.retry_on else None,
-                                  t.parent, pack(t.wake) if t.wake is not None else None))
+                                  t.parent, pack(t.wake) if t.wake is not None else None,
+                                  t.not_before,
+                                  pack(list(t.concurrency)) if t.concurrency else None,
+                                  t.cost))
                 if t.final is not None and not t.dead:
                     t.payload = None  # journaled now: memory need not keep it (as _finish)
             else:
@@ -138,8 +142,9 @@ class TaskLog:
                 ts = round(mono + to_wall, 6)
                 prev = chain(prev, t.id, seq, ts, state, why)
                 b.events.append((t.id, seq, ts, state, why, prev))
-            # (at least 1 once its row is in: "not written yet" is logged 0 and not
-            # restored; a restored task's own entries start from none)
+            # (At least 1: "never written" for a new task. A task taken back from the
+            # journal is there already: written with no history yet — a re-sent
+            # submission's ack — its first entry must not be skipped later.)
             t.logged = len(t.history) if t.restored else max(len(t.history), 1)
             if t.final is not None:
                 last.pop(t.id, None)

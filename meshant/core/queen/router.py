@@ -51,6 +51,7 @@ from meshant.core.queen.outbox import (
 from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import Arrival, Grants, QueenConfig, QueenState, Request
 from meshant.core.queen.task_service import TaskService
+from meshant.core.tasks.limits import parse_rules
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codec import BINARY, JSON
 from meshant.protocol.codes import Code
@@ -83,6 +84,9 @@ class QueenCore:
             breaker_threshold=c.breaker_threshold, breaker_cooldown=c.breaker_cooldown,
             counters=st.counters)
         sched.to_wall = wall_offset  # (restore sets it again, the same)
+        rules = parse_rules(c.limits)  # (checked by the driver: Queen)
+        sched.limits.configure(rules)
+        sched.rates.configure(rules)
         self.graphs = GraphBook(sched, c.max_graph_nodes, c.max_message, notify=st.later_to,
                                 counters=st.counters)
         self.index = ArchiveIndex(restored.names) if restored is not None else None
@@ -377,6 +381,9 @@ class QueenCore:
             "clients": sum(1 for n in peers if n.role == "client"),
             "queues": sched.depths(),
             "queued": sched.queued,
+            "delayed": sched.delayed,  # (core/tasks/delays.py: not in "queued")
+            "limits": sched.limits.state() if sched.limits.active else [],
+            "rates": sched.rates.state(now) if sched.rates.active else [],
             "running": sum(f["in_flight"] for f in foragers),
             # Durable tasks waiting with no slot held (a time, an answer, a sub-task).
             "suspended": len(sched.suspended),

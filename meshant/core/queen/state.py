@@ -71,6 +71,9 @@ class QueenConfig:
     http_token: str | None = None
     http_read_token: str | None = None
     http_allow_host: tuple[str, ...] = ()
+    # Concurrency limits, CAPABILITY[:labels.NAME|:payload.FIELD]=N (core/tasks/limits.py),
+    # and rate limits, ...=N/UNIT[,burst=B][,cost] (core/tasks/rates.py).
+    limits: tuple[str, ...] = ()
 
     @property
     def derived_pub_hwm(self) -> int:

@@ -18,13 +18,27 @@ from meshant.core.journal.defer import Deferral
 from meshant.core.queen.outbox import Remember
 from meshant.core.queen.reads import ReadKey, Reads
 from meshant.core.queen.state import QueenState, Request
+from meshant.core.tasks import delays
 from meshant.core.tasks.checks import options_problem, progress_problem, result_problem
+from meshant.core.tasks.rates import cost_problem
 from meshant.core.tasks.scheduler import Attempt, QueueFull, Scheduler, Task, Verdict, revive
 from meshant.core.tasks.steps import INLINE_BYTES, child_id, record_problem, size_of
 from meshant.protocol.codec import BINARY
 from meshant.protocol.codes import Code
 
 _RESULT = p.BY_NAME["task.result"]
+
+
+class _Held:
+    """What holds a submission back, as checked (``TaskService._held``)."""
+
+    __slots__ = ("cost", "keys", "not_before", "own")
+
+    def __init__(self) -> None:
+        self.not_before: float | None = None
+        self.own: tuple[str, int] | None = None
+        self.keys: list[tuple[int, str]] | None = None
+        self.cost: float | None = None
 _PROGRESS = p.BY_NAME["task.progress"]
 _STEP = p.BY_NAME["task.step"]
 
@@ -147,6 +161,13 @@ class TaskService:
             self._resubmitted(req, known)
             return
         problem = options_problem(body)
+        held: _Held | None = None
+        sched = self.scheduler
+        if problem is None and (sched.limits.rules or sched.rates.rules or "at" in body
+                                or "after" in body or "concurrency" in body
+                                or "cost" in body):
+            held = _Held()  # (the plain path pays for none of this: #32)
+            problem = self._held(body, st.wall(now), held)
         if problem is not None:
             st.refuse(req, Code.BAD_VALUE, problem)
             return
@@ -164,6 +185,13 @@ class TaskService:
         task.key = key
         task.defer = (key is None and req.codec == BINARY and node.role == "client"
                       and not body.get("ack"))
+        if held is not None:
+            task.not_before = held.not_before
+            task.concurrency = held.own
+            task.limit_keys = held.keys
+            task.cost = held.cost
+            if held.not_before is not None:
+                task.defer = False  # a delayed task is journaled at once
         try:
             self.scheduler.submit(task, now)
         except QueueFull as e:
@@ -180,6 +208,42 @@ class TaskService:
             # Sent after this turn's assignments go out: the assign is on the critical
             # path of the task, the acknowledgement is not.
             st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
+
+    def _held(self, body: dict[str, Any], wall: float, out: _Held) -> str | None:
+        """What holds a submission back — its delay (core/tasks/delays.py), its limits'
+        keys (limits.py), its cost for the rate limits (rates.py) — into ``out``; or
+        what is wrong with them."""
+        if "at" in body or "after" in body:
+            problem = delays.delay_problem(body)
+            if problem is not None:
+                return problem
+            out.not_before = delays.not_before(body, wall)
+            if out.not_before is not None:
+                problem = delays.too_far(out.not_before, wall)
+                if problem is not None:
+                    return problem
+        own = body.get("concurrency")
+        limits = self.scheduler.limits
+        if limits.rules or own is not None:
+            # (a key its limits draw from must be there)
+            keys: list[tuple[int, str]] = []
+            problem = limits.problem(body["capability"], body.get("labels") or {},
+                                     body.get("payload"), own, keys)
+            if problem is not None:
+                return problem
+            if own is not None:
+                out.own = (own["key"], own["max"])
+            else:
+                out.keys = keys
+        if "cost" in body:
+            problem = cost_problem(body["cost"])
+            if problem is not None:
+                return problem
+            out.cost = float(body["cost"])
+        if self.scheduler.rates.rules:
+            return self.scheduler.rates.problem(body["capability"], body.get("labels") or {},
+                                                body.get("payload"))
+        return None
 
     def _task(self, task_id: str, capability: str, payload: Any, o: dict[str, Any],
               client: bytes, client_name: str) -> Task:
@@ -544,6 +608,12 @@ class TaskService:
             body["parent"] = task.parent
         if task.wake is not None:
             body["waiting"] = task.wake
+        if task.not_before is not None:
+            body["not_before"] = task.not_before  # (wall clock; delayed until then)
+        held = (self.scheduler.limits.why(task) or self.scheduler.rates.why(task, now)
+                ) if task.state == "queued" else None
+        if held is not None:
+            body["held"] = held  # which limit it waits for, and how full it is
         reply = p.Message("task.state", body, ref=req.msg.id)
         if task.final is not None and task.client_name == node.name:
             body["final"] = task.final  # lets a reconnected submitter collect a result it missed

@@ -35,13 +35,15 @@ class DeadLetters:
         n = 1
         while taken(f"{old.id}.r{n}"):
             n += 1
-        # The same work and options, its own retry policy included; not its idempotency
-        # key (the key's answer stays the original's failure).
+        # The same work and options, its own retry policy and limits included; not its
+        # idempotency key (the key's answer stays the original's failure), nor its delay
+        # (a retry is asked for now).
         new = Task(id=f"{old.id}.r{n}", capability=old.capability, payload=old.payload,
                    client=client, client_name=client_name, priority=old.priority,
                    timeout=old.timeout, to=old.to, labels=dict(old.labels),
                    max_attempts=old.max_attempts, wait=old.wait,
-                   retry_base=old.retry_base, retry_cap=old.retry_cap, retry_on=old.retry_on)
+                   retry_base=old.retry_base, retry_cap=old.retry_cap, retry_on=old.retry_on,
+                   concurrency=old.concurrency, cost=old.cost)  # (held to its limits: #32)
         return old, new
 
     def __len__(self) -> int:

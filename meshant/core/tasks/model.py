@@ -15,6 +15,7 @@ from typing import Any
 from meshant.core.lifecycle import ATTEMPT_LIVE, TASK_FINAL, AttemptState, TaskState
 from meshant.core.nodes.registry import Node
 
+DELAYED = TaskState.DELAYED  # not to start before its not_before (core/tasks/delays.py)
 QUEUED = TaskState.QUEUED
 ASSIGNED = TaskState.ASSIGNED
 ACCEPTED = TaskState.ACCEPTED
@@ -106,6 +107,15 @@ class Task:
     wake_timer: int = 0
     parent: str | None = None
     children: list[str] | None = None
+    # Delayed tasks (core/tasks/delays.py): the wall-clock time it may start from, and
+    # the timer that releases it into its queue then.
+    not_before: float | None = None
+    delay_timer: int = 0
+    # Concurrency limits (core/tasks/limits.py): its submission's own, (key, max).
+    concurrency: tuple[str, int] | None = None
+    # Its keyed limits' slots, as its submission was checked (None: not worked out yet).
+    limit_keys: list[tuple[int, str]] | None = None
+    cost: float | None = None  # rate limits (core/tasks/rates.py): its tokens; None: 1
     _watchers: list[tuple[bytes, str, str]] | None = None
 
     @property

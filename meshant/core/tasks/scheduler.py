@@ -37,13 +37,16 @@ from meshant.core.lifecycle import (
 )
 from meshant.core.nodes.registry import ACTIVE, OFFLINE, Node, Registry
 from meshant.core.policy import Backoff
+from meshant.core.tasks import delays
 from meshant.core.tasks.breakers import Breakers
 from meshant.core.tasks.dead_letters import DeadLetters
+from meshant.core.tasks.limits import Limits
 from meshant.core.tasks.model import (
     ACCEPTED,
     ASSIGNED,
     CANCELLED,
     COMPLETED,
+    DELAYED,
     FAILED,
     FINAL,
     INPUT_REQUIRED,
@@ -56,6 +59,7 @@ from meshant.core.tasks.model import (
     slim,
 )
 from meshant.core.tasks.queues import TaskQueues
+from meshant.core.tasks.rates import Rates
 from meshant.core.tasks.steps import STEPS_BYTES, size_of
 from meshant.core.tasks.timers import TaskTimers
 from meshant.core.tasks.work import Assign, Deliver, Revoke, Watch, Work
@@ -108,7 +112,9 @@ def revive(r: dict[str, Any], to_wall: float) -> Task:
                 key=r.get("idem_key"), retry_base=r.get("retry_base"),
                 retry_cap=r.get("retry_cap"), final=r["final"], dead=bool(r.get("dead")),
                 retry_on=tuple(r.get("retry_on") or ()) or None,
-                parent=r.get("parent"), wake=r.get("wake"))
+                parent=r.get("parent"), wake=r.get("wake"), not_before=r.get("not_before"),
+                concurrency=tuple(r["concurrency"]) if r.get("concurrency") else None,
+                cost=r.get("cost"))
     task.submitted = r["created"] - to_wall
     if "events" in r:
         task.history = [(e["ts"] - to_wall, e["state"], e["why"]) for e in r["events"]]
@@ -149,10 +155,13 @@ class Scheduler:
         self.running: dict[Node, dict[str, Attempt]] = {}
         self.queues = TaskQueues(self.tasks)
         self.timers = TaskTimers(self.tasks)
+        self.limits = Limits(self.tasks)  # concurrency limits (core/tasks/limits.py)
+        self.rates = Rates(self.tasks)  # rate limits (core/tasks/rates.py)
         self.breakers = Breakers(breaker_threshold, breaker_cooldown)
         self.dead = DeadLetters()
         self.dlq = self.dead.tasks
         self.queued = 0  # queued tasks, those in a retry backoff included
+        self.delayed = 0  # delayed tasks (core/tasks/delays.py): in no queue yet
         # The colony's counters (one namespace, each name declared by its owner once).
         self.counters = counters if counters is not None else Counters()
         self.counters.declare("scheduler", *COUNTERS)
@@ -237,6 +246,8 @@ class Scheduler:
                 # Its run recorded a sleep and died before suspending: the task sleeps
                 # the rest of it (never woken early by a re-run).
                 task.wake = w
+                if self.limits.active:
+                    self._ready(self.limits.release(task))
                 self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
                 self._arm_wake(task, now)
                 return
@@ -244,9 +255,12 @@ class Scheduler:
         if delay > 0 and now is not None:
             # Counted as queued from now; it joins its queue when the backoff ends.
             self.timers.set(now + delay, task, "retry")
+            if self.limits.active:  # (its limits' tokens go to others meanwhile)
+                self._ready(self.limits.release(task))
             return
-        self.queues.push(task)
-        self.dirty = True
+        if not self.limits.active or self.limits.admit(task):
+            self.queues.push(task)  # (else it waits at a full limit: limits.py)
+            self.dirty = True
         if now is not None and not self._anyone_serves(task):
             self._wait_for_forager(task, now)
 
@@ -254,14 +268,22 @@ class Scheduler:
         """Make ``task`` final and emit its one and only final result."""
         if task.state == QUEUED:
             self.queued -= 1
-            if not task.retry_timer:
+            if not task.retry_timer and task.id not in self.limits.parked and \
+                    task.id not in self.rates.parked:
                 # Its queue entry stays behind, stale, until the queue is compacted.
                 self.queues.left(task)
+        elif task.state == DELAYED:
+            self.delayed -= 1
+            self.timers.unset(task, "delay")
         timers = self.timers
         timers.unset(task, "deadline")
         timers.unset(task, "wait")
         timers.unset(task, "retry")
         timers.unset(task, "wake")
+        if self.limits.active:
+            self._ready(self.limits.release(task))
+        if self.rates.active:
+            self.rates.forget(task)
         self._move(task, _ENDS[state], now, body.get("error", {}).get("code", "")
                    if state == FAILED else "")
         self.counters[state] += 1
@@ -357,21 +379,30 @@ class Scheduler:
         if task.id in self.tasks:
             # Two live tasks of one id would both run and both be journaled: a bug.
             raise RuntimeError(f"task {task.id} exists already")
-        if self.queued >= self.max_queue:
-            raise QueueFull(f"the queue holds {self.queued} tasks, its limit")
+        if self.queued + self.delayed >= self.max_queue:
+            raise QueueFull(f"the queue holds {self.queued + self.delayed} tasks, its limit")
         task.order = next(self._order)
         task.submitted = now
         slim(task)
-        if task.history:
-            task.history.append((now, QUEUED, "submitted"))
+        first = QUEUED
+        if task.not_before is None or task.not_before - self.to_wall <= now:
+            entry = (now, QUEUED, "submitted")
         else:
-            task.history = [(now, QUEUED, "submitted")]  # exactly sized
+            first = task.state = DELAYED  # (core/tasks/delays.py)
+            entry = (now, DELAYED, f"submitted, {delays.describe(task.not_before)}")
+        if task.history:
+            task.history.append(entry)
+        else:
+            task.history = [entry]  # exactly sized
         if self.track_changes:
             self.changed[task.id] = task
         self.tasks[task.id] = task
         if task.key is not None:
             self.by_key[task.key] = task.id
         self.counters["submitted"] += 1
+        if first is DELAYED:
+            self._delay(task, now)
+            return task
         if task.timeout is not None:
             task.deadline = now + task.timeout
             self.timers.set(task.deadline, task, "deadline")
@@ -449,6 +480,11 @@ class Scheduler:
         if not self._numbered(att, body, out):
             return  # taken already
         self._implied_accept(att, now)
+        charge = body.get("charge")
+        if charge.__class__ in (int, float) and 0 <= charge <= 1e9 and self.rates.active:
+            self.rates.charge(task, charge, now)  # what its run really spent (rates.py)
+        if charge is not None and "fraction" not in body and "note" not in body:
+            return  # (a charge alone is no progress to tell the submitter of)
         # The audit trail keeps each progress report (not a state: the task stays put).
         self.note(task, now, "progress",
                   f"{body.get('fraction', '')} {body.get('note', '')}".strip())
@@ -597,6 +633,8 @@ class Scheduler:
                 steps[pos].get("until"), int | float):
             w["until"] = steps[pos]["until"]  # (the sleep's end as its record has it)
         task.wake = w
+        if self.limits.active:  # (a suspended task runs nowhere: its tokens go back)
+            self._ready(self.limits.release(task))
         self._move(task, TaskEvent.SUSPEND, now, _waiting_for(w))
         self.counters["suspended"] += 1
         self._arm_wake(task, now)
@@ -819,14 +857,20 @@ class Scheduler:
                     elif att.lease < due:
                         due = att.lease
             self._lease_due = due
+        if now >= self.rates.due:  # buckets refilled: who waited at them goes on
+            self._ready(self.rates.wake(now))
         for task, what in self.timers.due(now):
+            if what == "delay":
+                self._release(task, now)
+                continue
             if what == "wake":
                 self.wake(task, now, "its sleep ended")
                 continue
             if what == "retry":
                 if task.state == QUEUED:
-                    self.queues.push(task)
-                    self.dirty = True
+                    if not self.limits.active or self.limits.admit(task):
+                        self.queues.push(task)
+                        self.dirty = True
                     if not self._anyone_serves(task):
                         self._wait_for_forager(task, now)
                 continue
@@ -868,6 +912,33 @@ class Scheduler:
                 continue
             return True
         return False
+
+    # -- concurrency limits (the rules: core/tasks/limits.py) -----------------------------
+
+    def _ready(self, tasks: list[Task]) -> None:
+        """Tasks that waited at a limit and have their tokens now: into their queues."""
+        for t in tasks:
+            if t.state == QUEUED and not t.retry_timer:
+                self.queues.push(t)
+                self.dirty = True
+
+    # -- delayed tasks (the rules: core/tasks/delays.py) ----------------------------------
+
+    def _delay(self, task: Task, now: float) -> None:
+        """Hold a delayed task out of its queue until its ``not_before`` (wall clock)."""
+        self.delayed += 1
+        when = task.not_before if task.not_before is not None else now + self.to_wall
+        self.timers.set(delays.due(when, self.to_wall, now), task, "delay")
+
+    def _release(self, task: Task, now: float) -> None:
+        """A delayed task's time came: it joins its queue, its timeout and its wait for a
+        capable forager start now."""
+        self.delayed -= 1
+        self._move(task, TaskEvent.RELEASE, now, "its time came")
+        if task.timeout is not None:
+            task.deadline = now + task.timeout
+            self.timers.set(task.deadline, task, "deadline")
+        self._enqueue(task, now)
 
     # -- assignment -----------------------------------------------------------------------
 
@@ -952,6 +1023,8 @@ class Scheduler:
                 if task is None:
                     continue
                 node = self._pick(task)
+                if node is not None and self.rates.active and not self.rates.take(task, now):
+                    continue  # its bucket is short: it waits at it (core/tasks/rates.py)
                 if node is None:
                     if self._all_rejected(task):
                         reasons = task.reasons or []
@@ -992,6 +1065,7 @@ class Scheduler:
         Other final tasks stay on disk, read when asked for (``core/journal/archive.py``)."""
         self.to_wall = wall_now - now
         unfinished = 0
+        queued: list[Task] = []
         for r in rows:
             if r["final"] is not None and not r.get("dead"):
                 continue  # finished: the journal keeps it
@@ -1006,11 +1080,17 @@ class Scheduler:
                 self.by_key[task.key] = task.id
             unfinished += 1
             self.tasks[task.id] = task
+            if task.state == DELAYED:
+                self._delay(task, now)  # its time is journaled: it waits for it again
+                continue
             if task.timeout is not None:
-                task.deadline = task.submitted + task.timeout
+                # (A delayed task's run-time limit counts from its release.)
+                start = task.submitted if task.not_before is None else max(
+                    task.submitted, task.not_before - self.to_wall)
+                task.deadline = start + task.timeout
                 self.timers.set(task.deadline, task, "deadline")
             if task.state == QUEUED:
-                self._enqueue(task, now)
+                queued.append(task)  # (after the running ones took their limits' tokens)
                 continue
             if task.state == SUSPENDED:
                 self.suspended[task.id] = task
@@ -1023,6 +1103,10 @@ class Scheduler:
             task.current = att
             self.attempts[att.id] = att
             self.held[att.id] = att
+            if self.limits.active:
+                self.limits.hold(task)  # (perhaps still running: it keeps its tokens)
+        for task in queued:
+            self._enqueue(task, now)
         self.dirty = True
         return unfinished
 

@@ -1,5 +1,6 @@
 """The scheduler's timers: a task's deadline, its wait for a capable forager, the end of
-its retry backoff. One heap for all, with lazy deletion.
+its retry backoff, a suspended task's wake, a delayed task's release. One heap for all,
+with lazy deletion.
 
 A task holds the id of each pending timer of its own (``Task.deadline_timer``,
 ``waiting``, ``retry_timer``; 0: none). A heap entry whose id no longer matches its task's
@@ -16,11 +17,12 @@ from typing import Literal
 
 from meshant.core.tasks.model import Task
 
-TimerKind = Literal["deadline", "wait", "retry", "wake"]
+TimerKind = Literal["deadline", "wait", "retry", "wake", "delay"]
 
 # Which Task field holds the id of a task's pending timer of each kind (0: none pending).
 FIELD: dict[str, str] = {"deadline": "deadline_timer", "wait": "waiting",
-                         "retry": "retry_timer", "wake": "wake_timer"}
+                         "retry": "retry_timer", "wake": "wake_timer",
+                         "delay": "delay_timer"}
 
 
 class TaskTimers:
