@@ -88,6 +88,9 @@ class Ledger:
         # its own wall clock: the processes' wall clocks disagree (skew), their clocks
         # drift.
         self.delay_slack = 0.0
+        # How far two processes' wall clocks may disagree: a sleep's end is stamped on one
+        # queen's clock and, after a failover, kept on another's.
+        self.skew_slack = 0.0
         # Told of each outcome as it reaches its submitter (the colony checks what
         # follows from it: a cancel reaching the run).
         self.on_outcome: Callable[[str, dict[str, Any]], None] | None = None
@@ -169,10 +172,11 @@ class Ledger:
     def woke_at(self, task: str, wait: dict[str, Any], now: float, drift: float,
                 life: str) -> None:
         """A queen wakes ``task`` from ``wait`` at virtual time ``now``: never before the
-        sleep its handler asked for is over (give or take the queen's clock drift)."""
+        sleep its handler asked for is over (give or take the queen's clock drift, and
+        what the stamping and the waking queens' clocks disagree by)."""
         pos = wait.get("position")
         ends = self.sleeps.get((task, pos)) if isinstance(pos, int) else None
-        if "until" in wait and ends is not None and now < ends - drift:
+        if "until" in wait and ends is not None and now < ends - drift - self.skew_slack:
             self.fail("wake-on-time", f"{life} woke task {task} at {now:.3f}, before its "
                       f"sleep at step {pos} was over ({ends:.3f})")
 

@@ -105,6 +105,7 @@ class Colony:
         self.trace: list[str] = []
         self.ledger = Ledger()
         self.ledger.delay_slack = 2 * weather.skew + weather.drift * END + 1e-6
+        self.ledger.skew_slack = 2 * weather.skew
         self.net = Net(self.clock, self.stream("net"), self.log, delay=weather.delay,
                        slow=weather.slow, pub_hwm=weather.pub_hwm, up_hwm=weather.up_hwm)
         shape, clocks, procs = self.stream("shape"), self.stream("clocks"), self.stream("procs")
