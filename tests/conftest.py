@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,14 @@ from meshant.apps import _procs
 # CLI queens journal to ./meshant-queen.db by default; tests that want a journal give
 # their own path, the rest run volatile queens (and never share a file).
 os.environ["MESHANT_JOURNAL"] = ":memory:"
+
+# Tests press Ctrl-C (SIGINT) on the commands they start, as a person at a terminal
+# does. A shell without job control (a CI script, `cmd &`) starts background commands
+# with SIGINT ignored, an ignored signal stays ignored across exec, and Python then
+# installs no KeyboardInterrupt handler: every `meshant submit` started from here would
+# ignore Ctrl-C. The commands start as a terminal's foreground job does instead.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

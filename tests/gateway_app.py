@@ -50,10 +50,16 @@ def words(payload: dict[str, Any], ctx: TaskContext) -> dict[str, int]:
 @forager.task("counted")
 def counted(payload: dict[str, Any], ctx: TaskContext) -> dict[str, int]:
     """Stream payload.n numbered partials slowly; every run is counted in payload.log
-    (a file), so a test sees a task run twice."""
+    (a file), so a test sees a task run twice. With payload.gate (a path), partial
+    number payload.gate_at waits until that file exists: the test says when to go on."""
     with Path(payload["log"]).open("a") as f:
         f.write(f"{ctx.task_id} {ctx.attempt}\n")
+    gate = payload.get("gate")
     for i in range(int(payload["n"])):
+        if gate is not None and i == int(payload.get("gate_at", 0)):
+            while not Path(gate).exists():
+                if ctx.cancelled.wait(0.02):
+                    raise RuntimeError("cancelled")
         if ctx.cancelled.wait(float(payload.get("delay", 0.05))):
             raise RuntimeError("cancelled")
         ctx.partial(i)

@@ -108,11 +108,13 @@ def test_ctrl_c_on_submit_cancels_what_it_submitted(procs: Procs, tmp_path: Path
 
 # -- 7: a mistyped capability ----------------------------------------------------------------
 
-def _on_a_terminal(args: list[str], until: str, timeout: float = 20) -> tuple[str, Any]:
+def _on_a_terminal(procs: Procs, args: list[str], until: str,
+                   timeout: float = 60) -> tuple[str, Any]:
     """Run meshant with stderr on a pseudo-terminal; what it wrote there until ``until``
-    showed (the process may still run), and the process."""
+    showed (the process may still run), and the process (stopped in teardown)."""
     master, slave = pty.openpty()
     p = _popen(*args, stderr=slave)
+    procs.all.append(p)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + timeout
@@ -132,7 +134,7 @@ def _on_a_terminal(args: list[str], until: str, timeout: float = 20) -> tuple[st
 def test_no_forager_said_at_once_with_what_is_offered(procs: Procs) -> None:
     _, ep = procs.queen()
     procs.forager(ep)
-    text, p = _on_a_terminal(["submit", "--queen", ep, "ecco", '"hi"', "--wait", "30"],
+    text, p = _on_a_terminal(procs, ["submit", "--queen", ep, "ecco", '"hi"', "--wait", "30"],
                              "offered now")
     try:
         # Said while the task still waits for a forager, not after the 30 s.
@@ -155,7 +157,7 @@ def test_no_forager_said_at_once_with_what_is_offered(procs: Procs) -> None:
 def test_count_on_a_terminal_shows_results(procs: Procs) -> None:
     _, ep = procs.queen()
     procs.forager(ep)
-    text, p = _on_a_terminal(["submit", "--queen", ep, "echo", '{"n": 1}', "--count", "3"],
+    text, p = _on_a_terminal(procs, ["submit", "--queen", ep, "echo", '{"n": 1}', "--count", "3"],
                              "3 completed")
     assert "3 completed, 0 failed" in text
     out, _ = p.communicate(timeout=20)

@@ -428,6 +428,27 @@ def test_a_draining_forager_whose_queen_is_gone_leaves_within_a_heartbeat_timeou
     assert "leaving with 1 messages unsent: the queen is gone" in err or "reconnecting" not in err
 
 
+@pytest.mark.slow
+def test_a_draining_forager_whose_queen_was_killed_stops_its_running_task(
+        procs: Procs) -> None:
+    # A forager running a long task, its queen killed (no farewell): SIGTERM's drain used
+    # to wait for the task to finish (here ten minutes), though its result could reach no
+    # queen. With no queen for a heartbeat timeout (5 x 0.2 s here) it stops instead.
+    qp, router = procs.queen("--journal", ":memory:")
+    fp, _ = procs.forager(router, "--name", "orphan-ant")
+    with Client(router) as c:
+        fut = c.submit("sleep", {"seconds": 600})
+        wait_for(lambda: c.task_status(fut.task_id)["state"] == "accepted", timeout=30,
+                 what="the sleep task accepted")
+    qp.send_signal(signal.SIGKILL)
+    qp.wait(10)
+    fp.send_signal(signal.SIGTERM)
+    assert fp.wait(10) == 0  # (TimeoutExpired: still draining)
+    assert fp.stderr is not None
+    err = fp.stderr.read()
+    assert "the queen is gone; stopping, not draining" in err, err
+
+
 def test_a_streaming_backlog_goes_out_in_slices_of_batched_results_in_order() -> None:
     # #26: consecutive results, partial or final, travel as one task.batch; a backlog
     # is handed out in slices (a full pipe then puts back one slice, not all of it);

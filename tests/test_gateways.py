@@ -272,10 +272,16 @@ def test_a2a_input_required_answered_by_a_second_message(edge: Edge) -> None:
 
 
 def _counted_stream(url: str, n: int, log: Path, stop_after: int | None = None,
-                    at: tuple[int, Any] | None = None) -> tuple[str, list[int]]:
+                    at: tuple[int, Any] | None = None,
+                    gate: tuple[int, Path] | None = None) -> tuple[str, list[int]]:
     """Stream a ``counted`` task; return its id and the partials read (leaving the
-    stream after ``stop_after`` of them; calling ``at[1]()`` after ``at[0]``)."""
+    stream after ``stop_after`` of them; calling ``at[1]()`` after ``at[0]``). With
+    ``gate``, the task stops before partial ``gate[0]`` until file ``gate[1]`` exists."""
     from a2a.types.a2a_pb2 import SendMessageRequest
+
+    payload: dict[str, Any] = {"n": n, "log": str(log), "delay": 0.1}
+    if gate is not None:
+        payload.update(gate_at=gate[0], gate=str(gate[1]))
 
     async def go() -> tuple[str, list[int]]:
         c = await _client(url)
@@ -283,7 +289,7 @@ def _counted_stream(url: str, n: int, log: Path, stop_after: int | None = None,
         task_id = ""
         try:
             async for ev in c.send_message(SendMessageRequest(message=_msg(
-                    {"n": n, "log": str(log), "delay": 0.1}, "counted"))):
+                    payload, "counted"))):
                 if ev.WhichOneof("payload") == "task":
                     task_id = ev.task.id
                 elif ev.WhichOneof("payload") == "artifact_update":
@@ -300,8 +306,10 @@ def _counted_stream(url: str, n: int, log: Path, stop_after: int | None = None,
     return run(go())  # type: ignore[no-any-return]
 
 
-def _resubscribe(url: str, task_id: str) -> tuple[list[int], Any]:
-    """Subscribe to a task: the partials in its snapshot and after, and its end."""
+def _resubscribe(url: str, task_id: str,
+                 on_snapshot: Any = None) -> tuple[list[int], Any]:
+    """Subscribe to a task: the partials in its snapshot and after, and its end
+    (``on_snapshot()`` called once the snapshot came)."""
     from a2a.types.a2a_pb2 import SubscribeToTaskRequest
 
     async def go() -> tuple[list[int], Any]:
@@ -313,6 +321,8 @@ def _resubscribe(url: str, task_id: str) -> tuple[list[int], Any]:
                 which = ev.WhichOneof("payload")
                 if which == "task":
                     got += [_data(a.parts) for a in ev.task.artifacts if a.name == "partial"]
+                    if on_snapshot is not None:
+                        on_snapshot()
                 elif which == "artifact_update" and \
                         ev.artifact_update.artifact.name == "partial":
                     got.append(_data(ev.artifact_update.artifact.parts))
@@ -331,13 +341,15 @@ def test_a2a_resubscribe_after_the_gateway_is_killed_and_restarted(
     from a2a.types.a2a_pb2 import TaskState
 
     gw, url = edge.a2a()
-    log = tmp_path / "runs"
-    task_id, seen = _counted_stream(url, 30, log, stop_after=3)
+    log, gate = tmp_path / "runs", tmp_path / "go-on"
+    # The task waits after its third partial until the new gateway's subscriber has its
+    # snapshot (it used to run on, and could end before a slow gateway restart).
+    task_id, seen = _counted_stream(url, 30, log, stop_after=3, gate=(3, gate))
     assert seen == [0, 1, 2]
     gw.send_signal(signal.SIGKILL)
     gw.wait(10)
     _, url2 = edge.a2a()  # a new gateway process, another port: it keeps no state
-    got, last = _resubscribe(url2, task_id)
+    got, last = _resubscribe(url2, task_id, on_snapshot=gate.touch)
     assert got == list(range(30)) and last == TaskState.TASK_STATE_COMPLETED
     assert len(log.read_text().splitlines()) == 1  # one run
 

@@ -269,8 +269,9 @@ class Forager(Peer):
         """Serve until stopped; waits for the queen if it is not up yet.
 
         SIGTERM drains (finish the running tasks, take no new ones, then leave; at most
-        ``drain_timeout`` seconds); SIGINT, or a second signal, stops at once and hands
-        the running tasks back to the queen.
+        ``drain_timeout`` seconds, and no longer than a heartbeat interval once the queen
+        is gone); SIGINT, or a second signal, stops at once and hands the running tasks
+        back to the queen.
         """
         restore: dict[int, Any] = {}
         drain_deadline: list[float] = []
@@ -288,10 +289,24 @@ class Forager(Peer):
                 restore[sig] = signal.signal(sig, on_signal)
         try:
             self._start_io(None)
+            queenless: float | None = None  # since when a drain has had no queen
             while not self._stopping.wait(0.2):
-                if drain_deadline and time.monotonic() > drain_deadline[0]:
+                now = time.monotonic()
+                if drain_deadline and now > drain_deadline[0]:
                     log.warning("%s: drain took longer than %g s; stopping", self.name,
                                 drain_timeout)
+                    break
+                # Draining tasks with no queen (silent past its heartbeat timeout, gone,
+                # or none yet): their results would reach nobody, and a queen that comes
+                # back runs them again. Stop (cancel, hand back) after one more heartbeat
+                # interval without a welcome, not at the end of the drain timeout.
+                # (Results already made wait for the queen in the session: Leave.)
+                if not drain_deadline or self._welcomed.is_set() or not self.running:
+                    queenless = None
+                elif queenless is None:
+                    queenless = now
+                elif now - queenless > self.link.sess.hb_interval:
+                    log.warning("%s: the queen is gone; stopping, not draining", self.name)
                     break
         finally:
             self.stop()

@@ -45,7 +45,8 @@ def read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any
 
 
 def stop(procs: list[subprocess.Popen[str]], timeout: float = 5.0) -> None:
-    """SIGTERM every process, then SIGKILL whatever is still alive after ``timeout``."""
+    """SIGTERM every process, then SIGKILL whatever is still alive after ``timeout``;
+    every one is waited for and its pipes closed, whatever happens to the others."""
     for p in procs:
         if p.poll() is None:
             try:
@@ -58,8 +59,11 @@ def stop(procs: list[subprocess.Popen[str]], timeout: float = 5.0) -> None:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            p.wait(5)
     for p in procs:
-        for stream in (p.stdout, p.stderr):
+        try:
+            p.wait(30)  # (killed: it ends; no zombie, no "still running" warning)
+        except subprocess.TimeoutExpired:
+            pass  # stuck in the kernel: nothing more to do from here
+        for stream in (p.stdin, p.stdout, p.stderr):
             if stream is not None:
                 stream.close()
