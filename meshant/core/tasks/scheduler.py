@@ -204,14 +204,14 @@ class Scheduler:
     def _move(self, task: Task, event: TaskEvent, now: float, why: str = "") -> None:
         """Move the task by ``event`` (a change its table forbids is a bug:
         LifecycleError), into its audit trail and the journal's next record."""
-        state = task.state = step(TASK, task.state, event, f"task {task.id}")
+        state = task.state = step(TASK, task.state, event, "task %s", task.id)
         task.history.append((now, state, why))
         if self.track_changes:
             self.changed[task.id] = task
 
     @staticmethod
     def _end_attempt(att: Attempt, event: AttemptEvent) -> None:
-        att.state = step(ATTEMPT, att.state, event, f"attempt {att.id}")
+        att.state = step(ATTEMPT, att.state, event, "attempt %s", att.id)
 
     def note(self, task: Task, now: float, what: str, why: str) -> None:
         """Add a line to the task's audit trail that is not a state (a question, an
