@@ -106,7 +106,10 @@ class ArchiveIndex:
     def maybe(self, kind: str, key: str) -> bool:
         """False: the journal certainly holds no such name. True: perhaps."""
         n = f"{kind}:{key}"
-        return any(n in f for f in self.layers)
+        layers = self.layers
+        if len(layers) == 1:  # (nearly always: no generator on every submission's path)
+            return n in layers[0]
+        return any(n in f for f in layers)
 
     @property
     def crowded(self) -> bool:
