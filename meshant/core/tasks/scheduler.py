@@ -204,14 +204,16 @@ class Scheduler:
     def _move(self, task: Task, event: TaskEvent, now: float, why: str = "") -> None:
         """Move the task by ``event`` (a change its table forbids is a bug:
         LifecycleError), into its audit trail and the journal's next record."""
-        state = task.state = step(TASK, task.state, event, "task %s", task.id)
+        state = task.state = (TASK.get((task.state, event))  # (step() only to raise)
+                              or step(TASK, task.state, event, "task %s", task.id))
         task.history.append((now, state, why))
         if self.track_changes:
             self.changed[task.id] = task
 
     @staticmethod
     def _end_attempt(att: Attempt, event: AttemptEvent) -> None:
-        att.state = step(ATTEMPT, att.state, event, "attempt %s", att.id)
+        att.state = (ATTEMPT.get((att.state, event))
+                     or step(ATTEMPT, att.state, event, "attempt %s", att.id))
 
     def note(self, task: Task, now: float, what: str, why: str) -> None:
         """Add a line to the task's audit trail that is not a state (a question, an
