@@ -48,6 +48,9 @@ def test_a_forbidden_change_is_a_lifecycle_error_naming_it() -> None:
     with pytest.raises(LifecycleError) as info:
         lc.step(lc.TASK, lc.TaskState.COMPLETED, lc.TaskEvent.ASSIGN, "task t1")
     assert str(info.value) == "task t1: assign is not allowed in state completed"
+    with pytest.raises(LifecycleError) as info:  # (what moves, formatted only for the error)
+        lc.step(lc.TASK, lc.TaskState.COMPLETED, lc.TaskEvent.ASSIGN, "task %s", "t2")
+    assert str(info.value) == "task t2: assign is not allowed in state completed"
     assert lc.step(lc.TASK, lc.TaskState.QUEUED, lc.TaskEvent.ASSIGN, "t") == "assigned"
 
 

@@ -164,12 +164,14 @@ S = TypeVar("S", bound=StrEnum)
 V = TypeVar("V", bound=StrEnum)
 
 
-def step(table: dict[tuple[S, V], S], state: S, event: V, what: str) -> S:
+def step(table: dict[tuple[S, V], S], state: S, event: V, what: str, *args: object) -> S:
     """The state ``event`` moves ``state`` to, by ``table``; LifecycleError if the table
-    forbids it (``what``: the thing that moves, for the message)."""
+    forbids it (``what % args``: the thing that moves, for the message — formatted only
+    then: a step is on every message's path, its message almost never)."""
     new = table.get((state, event))
     if new is None:
-        raise LifecycleError(f"{what}: {event} is not allowed in state {state}")
+        raise LifecycleError(f"{what % args if args else what}: {event} is not allowed in "
+                             f"state {state}")
     return new
 
 

@@ -315,7 +315,7 @@ class GraphBook:
     def _move(self, g: Graph, n: GNode, event: NodeEvent) -> None:
         """Move ``n`` by ``event`` (a change its table forbids is a bug: LifecycleError),
         and journal it."""
-        n.state = step(GRAPH_NODE, n.state, event, f"graph {g.id}'s node {n.name!r}")
+        n.state = step(GRAPH_NODE, n.state, event, "graph %s's node %r", g.id, n.name)
         self._touch(g, n)
 
     def _mark(self, g: Graph, n: GNode, state: NodeState, error: dict[str, Any] | None,

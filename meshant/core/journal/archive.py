@@ -78,7 +78,7 @@ class ArchiveIndex:
     past ``INDEX_LAYERS`` filters the core asks the journal for its names and starts
     afresh (``rebuild``), so its size stays bounded in bytes."""
 
-    __slots__ = ("_since", "capacity", "layers", "rebuilding")
+    __slots__ = ("_last", "_since", "capacity", "layers", "rebuilding")
 
     def __init__(self, names: list[str] | None = None) -> None:
         names = names or []
@@ -87,6 +87,9 @@ class ArchiveIndex:
         self.layers[0].update(names)
         self.rebuilding = False
         self._since: list[str] = []  # added while a rebuild's read is under way
+        # The last answer of maybe(), (kind, key, answer), until the filters change: a
+        # submission asks twice for its id (its declared reads, then its handler).
+        self._last: tuple[str, str, bool] | None = None
 
     @staticmethod
     def name(kind: str, key: str) -> str:
@@ -94,6 +97,7 @@ class ArchiveIndex:
         return f"{kind}:{key}"
 
     def add(self, kind: str, key: str) -> None:
+        self._last = None
         n = f"{kind}:{key}"
         top = self.layers[-1]
         if top.full:
@@ -105,8 +109,15 @@ class ArchiveIndex:
 
     def maybe(self, kind: str, key: str) -> bool:
         """False: the journal certainly holds no such name. True: perhaps."""
+        last = self._last
+        if last is not None and last[1] == key and last[0] == kind:
+            return last[2]
         n = f"{kind}:{key}"
-        return any(n in f for f in self.layers)
+        layers = self.layers
+        # (one layer nearly always: then no generator on every submission's path)
+        found = n in layers[0] if len(layers) == 1 else any(n in f for f in layers)
+        self._last = (kind, key, found)
+        return found
 
     @property
     def crowded(self) -> bool:
@@ -117,6 +128,7 @@ class ArchiveIndex:
         """The journal's names now, plus those added since the rebuild was asked for."""
         fresh = ArchiveIndex([*names, *self._since])
         self.capacity, self.layers = fresh.capacity, fresh.layers
+        self._last = None
         self.rebuilding = False
         self._since = []
 

@@ -28,18 +28,15 @@ class IdFilter:
         self._set = bytearray((self.bits + 7) // 8)
         self.count = 0
 
-    def _positions(self, key: str) -> list[int]:
+    def add(self, key: str) -> None:
         # Python's own string hash: cached on the string and about 20x cheaper than a
         # digest; it is salted per process, which is fine for a filter that lives in
         # memory only (rebuilt from the journal by each process that needs one).
         h = hash(key)
         h1, h2 = h & _LOW, ((h >> 32) & _LOW) | 1
-        bits = self.bits
-        return [(h1 + i * h2) % bits for i in range(HASHES)]
-
-    def add(self, key: str) -> None:
-        s = self._set
-        for pos in self._positions(key):
+        bits, s = self.bits, self._set
+        for i in range(HASHES):
+            pos = (h1 + i * h2) % bits
             s[pos >> 3] |= 1 << (pos & 7)
         self.count += 1
 

@@ -154,7 +154,7 @@ class Registry:
                     del self.by_tool[t]
 
     def _move(self, node: Node, event: PeerEvent) -> None:
-        node.state = step(PEER, node.state, event, f"{node.role} {node.name!r}")
+        node.state = step(PEER, node.state, event, "%s %r", node.role, node.name)
 
     def drain(self, node: Node) -> None:
         """The node drains: it finishes what it runs and is given nothing new."""

@@ -76,10 +76,10 @@ class TaskService:
     def find(self, req: Request, task_id: str) -> Task | None:
         """A task the scheduler holds, else a final one from the journal (a transient
         copy: changing it changes nothing; ``task_read`` declared the read)."""
-        read = self.task_read(task_id)
-        if read is None:
-            return self.scheduler.find_live(task_id)
-        row = self.reads.value(req, *read)
+        task = self.scheduler.find_live(task_id)  # (task_read's test, without repeating it)
+        if task is not None or self.index is None or not self.index.maybe("t", task_id):
+            return task
+        row = self.reads.value(req, "task", task_id)
         if row is None or row["final"] is None:
             return None
         return revive(row, self.scheduler.to_wall)

@@ -69,6 +69,8 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
 def options_problem(body: dict[str, Any]) -> str | None:
     """Why a submission's options (a ``task.submit`` body, or a sub-task's ``options``)
     are out of range, or None."""
+    if _OPTION_TYPES.keys().isdisjoint(body):
+        return None  # (most submissions: the defaults, nothing to check)
     for k, types in _OPTION_TYPES.items():
         v = body.get(k)
         if v is not None and (not isinstance(v, types) or v.__class__ is bool):

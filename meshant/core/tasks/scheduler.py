@@ -219,7 +219,8 @@ class Scheduler:
         """Move the task by ``event`` (a change its table forbids is a bug:
         LifecycleError), into its audit trail and the journal's next record."""
         was = task.state
-        state = task.state = step(TASK, was, event, f"task {task.id}")
+        state = task.state = (TASK.get((was, event))  # (step() only to raise)
+                              or step(TASK, was, event, "task %s", task.id))
         task.history.append((now, state, why))
         if state == SUSPENDED:
             self.suspended[task.id] = task
@@ -230,7 +231,8 @@ class Scheduler:
 
     @staticmethod
     def _end_attempt(att: Attempt, event: AttemptEvent) -> None:
-        att.state = step(ATTEMPT, att.state, event, f"attempt {att.id}")
+        att.state = (ATTEMPT.get((att.state, event))
+                     or step(ATTEMPT, att.state, event, "attempt %s", att.id))
 
     def note(self, task: Task, now: float, what: str, why: str) -> None:
         """Add a line to the task's audit trail that is not a state (a question, an
