@@ -249,7 +249,7 @@ _BAD_INPUT = frozenset({
     "not-registered", "name-taken", "bad-name", "bad-hello", "not-allowed", "duplicate-task",
     "unknown-recipient", "unknown-task", "not-yours", "bad-from", "wrong-role", "unsupported",
     "bad-topic", "unknown-question", "already-answered", "cursor-expired", "bad-graph",
-    "graph-too-large", "unknown-graph"})
+    "graph-too-large", "unknown-graph", "unknown-schedule", "schedule-exists"})
 _RETRY = frozenset({"inbox-full", "too-many-peers"})
 
 

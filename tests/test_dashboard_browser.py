@@ -64,6 +64,16 @@ def test_dashboard_live_in_chromium(procs: Procs, browser: Any, tmp_path: Path) 
     page.wait_for_selector("#foragers tr[data-name='web-ant-2']")
     assert page.locator("#live").inner_text() == "live"
     assert page.locator("#role").inner_text() == "leader"
+    # A schedule shows with its next tick (local time), and counts its firings.
+    with Client(endpoint) as c:
+        c.add_schedule("web-digest", "*/2 * * * * *", "echo", {"d": 1})
+    row = page.locator("#schedules tr", has_text="web-digest")
+    row.wait_for()
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1] == "*/2 * * * * *" and cells[2] == "echo" and ":" in cells[3], cells
+    wait_for(lambda: int(row.locator("td").nth(4).inner_text().split()[0]) >= 1, 15,
+             "the schedule's first firing on the dashboard")
+    assert page.locator("#schedules-count").inner_text() == "(1)"
 
     stop = threading.Event()
     done: list[int] = []

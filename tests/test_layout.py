@@ -33,15 +33,15 @@ LAYERS: list[tuple[str, ...]] = [
 # lifecycle's table, the counters) under all;
 # nodes (the registry, liveness); tasks (the model, its lifecycle, the scheduler); what
 # is built on tasks (graphs, conversations, colony memory, what the core knows of its
-# journal); then the two sides that use them all: the queen's router and services, and
-# the peers' sessions and the link that drives them.
+# journal, schedules); then the two sides that use them all: the queen's router and
+# services, and the peers' sessions and the link that drives them.
 CORE_LAYERS: list[tuple[str, ...]] = [
     ("meshant.core.policy", "meshant.core.rights", "meshant.core.lifecycle",
      "meshant.core.counters"),
     ("meshant.core.nodes",),
     ("meshant.core.tasks",),
     ("meshant.core.graphs", "meshant.core.conversations", "meshant.core.memory",
-     "meshant.core.journal"),
+     "meshant.core.journal", "meshant.core.schedules"),
     ("meshant.core.queen", "meshant.core.peers"),
 ]
 # Classes whose bases of meshant's own may be more than one: none.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
 from meshant.actors.attach import Attachment
@@ -102,6 +103,20 @@ class AsyncClient:
 
     async def status(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._c().status)
+
+    async def add_schedule(self, name: str, cron: str, capability: Any, payload: Any = None,
+                           **kw: Any) -> dict[str, Any]:
+        """Add a schedule (:meth:`Client.add_schedule`)."""
+        return await asyncio.to_thread(
+            functools.partial(self._c().add_schedule, name, cron, capability, payload, **kw))
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule (:meth:`Client.schedules`)."""
+        return await asyncio.to_thread(self._c().schedules)
+
+    async def schedule(self, op: str, name: str) -> dict[str, Any]:
+        """Show, pause, resume, remove or trigger a schedule (:meth:`Client.schedule`)."""
+        return await asyncio.to_thread(self._c().schedule, op, name)
 
     async def answer(self, task_id: str, value: Any, *, request: str | None = None
                      ) -> dict[str, Any]:

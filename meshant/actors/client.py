@@ -586,6 +586,44 @@ class Client(Peer):
             body["all"] = True
         return self._request("dlq", body, timeout)
 
+    # -- schedules ------------------------------------------------------------------------
+
+    def add_schedule(self, name: str, cron: str, capability: str | Capability[Any, Any],
+                     payload: Any = None, *, tz: str = "UTC", overlap: str = "skip",
+                     catch_up: str = "latest", paused: bool = False, replace: bool = False,
+                     timeout: float = 5.0, **options: Any) -> dict[str, Any]:
+        """Have the queen submit a task of ``capability`` with ``payload`` at every tick
+        of ``cron`` (5 fields; or 6, seconds first) in time zone ``tz``, kept in its journal.
+        ``overlap``: what a tick does while the last one's task runs (``skip``, ``queue``,
+        ``allow``); ``catch_up``: what happens to ticks missed while no queen led
+        (``none``, ``latest``: the newest once, ``all``). ``options``: the tasks'
+        submission options (priority, labels, timeout, max_attempts, to, cost...).
+        ``replace``: an existing schedule of that name is replaced. Returns the
+        schedule as the queen holds it (``next``: its next tick, wall-clock seconds).
+        Raises BadInput naming what is wrong (nothing is kept then)."""
+        body: dict[str, Any] = {"op": "add", "name": name, "cron": cron,
+                                "capability": capability_name(capability), "tz": tz,
+                                "overlap": overlap, "catch_up": catch_up}
+        if payload is not None:
+            body["payload"] = payload
+        if options:
+            body["options"] = options
+        if paused:
+            body["paused"] = True
+        if replace:
+            body["replace"] = True
+        return dict(self._request("schedule", body, timeout)["schedule"])
+
+    def schedules(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every schedule the queen holds, by name, with its next tick."""
+        return list(self._request("schedule", {"op": "list"}, timeout)["items"])
+
+    def schedule(self, op: str, name: str, timeout: float = 5.0) -> dict[str, Any]:
+        """``op`` (show, pause, resume, remove, trigger) schedule ``name``: the
+        queen's answer, with the schedule (and, for trigger, the ``task`` it submitted).
+        Raises BadInput for a name the queen has no schedule of."""
+        return self._request("schedule", {"op": op, "name": name}, timeout)
+
     def drain(self, forager: str | list[str]) -> None:
         """Ask a forager to finish its running tasks, take no new ones, then leave."""
         self.send_message(p.Message("ctl.drain", {}, frm=self.name, to=forager))

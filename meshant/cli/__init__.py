@@ -28,6 +28,7 @@ from meshant.cli import (
     journal,
     keys,
     queen,
+    schedule,
     tasks,
     top,
 )
@@ -68,8 +69,8 @@ def main(verbose: int) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _module in (queen, forager, tasks, converse, graph, control, dlq, journal, keys, discover, demo,
-                bench, conformance, top, gateways):
+for _module in (queen, forager, tasks, converse, graph, control, dlq, schedule, journal, keys,
+                discover, demo, bench, conformance, top, gateways):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)
 

@@ -83,6 +83,11 @@ def _stop_on_signals(stop: Any) -> None:
 @click.option("--max-graph-nodes", type=click.IntRange(1), default=10_000, show_default=True,
               help="Nodes a task graph may have, spawned ones included; a bigger graph is "
                    "refused whole.")
+@click.option("--max-schedules", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Schedules the queen holds (meshant schedule add); more are refused.")
+@click.option("--schedule-grace", type=click.FloatRange(0), default=10.0, show_default=True,
+              help="Seconds a schedule's tick may be late and still fire; a later one was "
+                   "missed (the queen was down) and the schedule's --catch-up decides.")
 @click.option("--no-forager-wait", type=float, default=30.0, show_default=True,
               help="Seconds a task waits for a forager offering its capability before failing.")
 @click.option("--pub-hwm", type=click.IntRange(1), default=None,
@@ -185,7 +190,8 @@ def _stop_on_signals(stop: Any) -> None:
               help="More --limit rules, one a line ('#' comments).")
 @JSON_OPT
 def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: float,
-          hb_misses: int, max_queue: int, max_graph_nodes: int, no_forager_wait: float,
+          hb_misses: int, max_queue: int, max_graph_nodes: int, max_schedules: int,
+          schedule_grace: float, no_forager_wait: float,
           pub_hwm: int | None,
           pub_buffer: int, max_broadcast: int,
           mem_max_keys: int, mem_max_value: int, colony: str, advertise: bool | None,
@@ -215,7 +221,8 @@ def queen(bind: str, pub: str, name: str, assign_timeout: float, hb_interval: fl
             retention_count=retention_count,
             retry_base=retry_base, retry_cap=retry_cap,
             breaker_threshold=breaker_threshold, breaker_cooldown=breaker_cooldown,
-            max_graph_nodes=max_graph_nodes, advertise=advertise,
+            max_graph_nodes=max_graph_nodes, max_schedules=max_schedules,
+            schedule_grace=schedule_grace, advertise=advertise,
             mdns_interfaces=tuple(mdns_interfaces) or None,
             curve_secret=curve_secret, authorized=authorized, http=http,
             http_token=http_token, http_read_token=http_read_token,

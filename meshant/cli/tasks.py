@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import click
@@ -435,6 +436,12 @@ def status(conn: Connection, as_json: bool) -> None:
             + f" {x['running']}/{x['max']} running" + (f", {x['waiting']} waiting"
                                                        if x["waiting"] else "")
             for x in held[:10]))
+    if st.get("schedules"):
+        soon = [x for x in st.get("next_schedules") or [] if x.get("next")]
+        click.echo(f"schedules: {st['schedules']}" + (
+            " (next: " + ", ".join(
+                f"{x['name']} at {datetime.fromtimestamp(x['next']).astimezone():%H:%M:%S}"
+                for x in soon[:3]) + "; meshant schedule list)" if soon else ""))
     if st.get("dead_letters"):
         click.echo(f"dead letters: {st['dead_letters']} (meshant dlq list)")
     c = st["counters"]

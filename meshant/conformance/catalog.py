@@ -69,6 +69,9 @@ CHECKS: tuple[tuple[str, CheckInfo], ...] = tuple((kit, CheckInfo(i, s, t)) for 
      "assignment"),
     (_Q, "q.delayed", "§6", "a submission with after is delayed (task.state, not_before), "
      "assigned no earlier, cancellable while it waits; a bad delay is bad-value"),
+    (_Q, "q.schedules", "§7e", "a schedule's ticks are assigned as tasks with the tick's "
+     "idempotency key, none early; list, pause (no more ticks), remove; a bad cron is "
+     "bad-value, an unknown name unknown-schedule, a second add schedule-exists"),
     (_Q, "q.exhausted", "§6", "a task whose forager leaves, with no attempts left, fails "
      "attempts-exhausted"),
     (_Q, "q.fencing", "§6", "a late result of an abandoned attempt is dropped: one final "

@@ -50,7 +50,7 @@ class QueenKit(TaskChecks, ConverseChecks):
                 ("q.handler-error", self._handler_error), ("q.rejected", self._rejected),
                 ("q.no-forager", self._no_forager), ("q.deadline", self._deadline),
                 ("q.cancel", self._cancel), ("q.delayed", self._delayed),
-                ("q.exhausted", self._exhausted),
+                ("q.schedules", self._schedules), ("q.exhausted", self._exhausted),
                 ("q.fencing", self._fencing), ("q.batch", self._batch),
                 ("q.features", self._features), ("q.services", self._services),
                 ("q.questions", self._questions), ("q.attach", self._attach),

@@ -219,6 +219,59 @@ class TaskChecks:
         require(m.b.get("state") == "cancelled", f"a delayed task cancelled: {m.b}")
         return f"assigned {early:.3f} s after submission (after: 0.5)"
 
+    def _schedules(self) -> str:
+        cap = self.cap()
+        name = f"conf-{cap.replace('.', '-')}"
+        f = self.forager([cap])
+        c = self.client()
+        add = {"op": "add", "name": name, "cron": "* * * * * *", "capability": cap,
+               "payload": {"n": 1}, "overlap": "allow"}
+        bad = c.send("schedule", {**add, "cron": "61 * * * * *"})
+        e = c.expect(kind_is("error", bad.id), self.timeout, "the refusal of a bad cron")
+        require(e.b.get("code") == "bad-value", f"a bad cron answered {e.b}")
+        sent = c.send("schedule", add)
+        r = c.expect(lambda m: m.ref == sent.id, self.timeout, "the answer to an add")
+        require(r.kind == "schedule.reply" and r.b["schedule"]["name"] == name,
+                f"an add answered {r.kind} {r.b}")
+        again = c.send("schedule", add)
+        e = c.expect(kind_is("error", again.id), self.timeout, "the refusal of a second add")
+        require(e.b.get("code") == "schedule-exists", f"a second add answered {e.b}")
+        try:
+            ticks = []
+            for _ in range(2):
+                a = self.assigned(f)
+                require(a.b.get("payload") == {"n": 1}, f"a tick's task: {a.b}")
+                got = time.time()
+                f.send("task.result", {"status": "ok", "result": None}, ref=a.id)
+                ticks.append(got)
+            listed = c.send("schedule", {"op": "list"})
+            r = c.expect(lambda m: m.ref == listed.id, self.timeout, "the answer to list")
+            mine = [s for s in r.b.get("items", []) if s.get("name") == name]
+            require(len(mine) == 1 and mine[0]["fired"] >= 2, f"list: {mine}")
+            key = mine[0].get("last_task")
+            require(isinstance(key, str), f"a schedule's last task: {mine[0]}")
+            st = c.send("task.status", {"task": key})
+            s = c.expect(lambda m: m.ref == st.id, self.timeout, "the last task's state")
+            tick = mine[0]["last_tick"]
+            require(isinstance(tick, int | float) and s.kind == "task.state",
+                    f"the last task {key}: {s.kind} {s.b}")
+            paused = c.send("schedule", {"op": "pause", "name": name})
+            r = c.expect(lambda m: m.ref == paused.id, self.timeout, "the answer to pause")
+            require(r.kind == "schedule.reply" and r.b["schedule"]["paused"] is True,
+                    f"pause answered {r.kind} {r.b}")
+            late = f.poll(kind_is("task.assign"), 1.5)
+            if late is not None:  # (one tick may have fired as the pause went out)
+                f.send("task.result", {"status": "ok", "result": None}, ref=late.id)
+                late = f.poll(kind_is("task.assign"), 1.5)
+            require(late is None, f"a paused schedule fired: {late and late.b}")
+        finally:
+            gone = c.send("schedule", {"op": "remove", "name": name})
+            c.expect(lambda m: m.ref == gone.id, self.timeout, "the answer to remove")
+        unknown = c.send("schedule", {"op": "show", "name": name})
+        e = c.expect(kind_is("error", unknown.id), self.timeout, "a removed schedule's show")
+        require(e.b.get("code") == "unknown-schedule", f"a removed schedule: {e.b}")
+        return f"2 ticks assigned {ticks[1] - ticks[0]:.2f} s apart; paused, removed"
+
     def _exhausted(self) -> str:
         cap = self.cap()
         f = self.forager([cap])

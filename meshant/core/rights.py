@@ -18,6 +18,7 @@ OPERATIONS: dict[str, str] = {
     "dlq.retry": ADMIN,
     "dlq.purge": ADMIN,
     "inbox.purge": ADMIN,
+    "schedule.change": ADMIN,  # add, pause, resume, remove or trigger a schedule
     "mem.reserved": ADMIN,  # set or delete a colony memory key under RESERVED_PREFIXES
     "task.answer": OWNER,
     "task.cancel": OWNER,

@@ -34,6 +34,10 @@ _COUNTERS = (
     ("meshant_tasks_rejected", "task.reject answers from foragers.", "rejected"),
     ("meshant_sends_dropped", "Sends dropped (peer gone or its buffer full).",
      "dropped_sends"),
+    ("meshant_schedule_fired", "Tasks submitted by schedules' ticks (and triggers).",
+     "schedule_fired"),
+    ("meshant_schedule_refused", "Schedule ticks whose task could not be submitted (the "
+     "queue full): counted as skipped.", "schedule_refused"),
 )
 _HISTOGRAMS = (
     ("meshant_task_queue_wait_seconds", "From submission to first assignment.",
@@ -99,6 +103,9 @@ class _Collector:
         yield GaugeMetricFamily("meshant_tasks_delayed", "Tasks delayed: not to start before "
                                 "a time (submit at=/after=), in no queue yet.",
                                 value=s.get("delayed", 0))
+        yield GaugeMetricFamily("meshant_schedules", "Schedules the queen holds (meshant "
+                                "schedule list); their firings count in "
+                                "meshant_schedule_fired_total.", value=s.get("schedules", 0))
         yield GaugeMetricFamily("meshant_tasks_running", "Attempts in flight on foragers.",
                                 value=s["running"])
         # Why tasks wait: the busiest limits' slots (docs/limits.md).

@@ -295,6 +295,9 @@ class Observer:
             "graphs": [{"graph": g.id, "state": g.state, "client": g.client_name,
                         "nodes": len(g.nodes)}
                        for g in list(core.graphs.graphs.values())[:KEEP_TASKS]],
+            # The schedules that fire soonest (core/schedules), and how many there are.
+            "schedules": len(core.schedules.book),
+            "next_schedules": core.schedules.views(KEEP_TASKS),
             "history": list(self._history),
             "build_seconds": round(time.perf_counter() - t0, 6),
         }

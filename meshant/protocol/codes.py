@@ -54,6 +54,9 @@ class Code(StrEnum):
     BAD_GRAPH = "bad-graph"
     GRAPH_TOO_LARGE = "graph-too-large"
     UNKNOWN_GRAPH = "unknown-graph"
+    # Schedules: a name the queen has no schedule of; an add of a name in use.
+    UNKNOWN_SCHEDULE = "unknown-schedule"
+    SCHEDULE_EXISTS = "schedule-exists"
 
     # A task's final error (``code``), stable for scripts. TOO_LARGE above also ends one.
     HANDLER_ERROR = "handler-error"

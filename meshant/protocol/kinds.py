@@ -149,6 +149,13 @@ KINDS: tuple[Kind, ...] = (
     Kind("task.called", 73, "queen answers a task.call: the sub-task's state, and its final "
          "result if it ended (ref = the call's id)",
          (_f("child", str, True), _f("state", str, True), _f("final", dict))),
+    # Schedules: tasks submitted at the ticks of a cron expression, kept by the queen
+    Kind("schedule", 80, "schedules: add, list, show, pause, resume, remove or trigger",
+         (_f("op", str, True), _f("name", str), _f("cron", str), _f("tz", str),
+          _f("capability", str), _f("payload", _ANY), _f("overlap", str),
+          _f("catch_up", str), _f("options", dict), _f("paused", bool), _f("replace", bool))),
+    Kind("schedule.reply", 81, "answer to schedule",
+         (_f("op", str, True), _f("items", list), _f("schedule", dict), _f("task", str))),
     # Task graphs (id = the graph's id; its nodes run as tasks "tg:<graph>/<node>")
     Kind("graph.submit", 50, "client submits a graph of named, dependent nodes",
          (_f("nodes", list, True), _f("updates", bool))),

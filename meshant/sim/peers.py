@@ -772,6 +772,12 @@ class SimClient(SimPeer):
                                to="queen"))
         self.pump()
 
+    def schedule(self, body: dict[str, Any]) -> None:
+        """A ``schedule`` request (add, pause, remove...): sent until answered."""
+        self.log(f"{self.name} schedule {body['op']} {body.get('name')}")
+        self.cs.request(p.Message("schedule", body, frm=self.name, to="queen"))
+        self.pump()
+
     def broadcast(self, topic: str, data: Any) -> None:
         self.cs.send(p.Message("broadcast", {"topic": topic, "data": data}, to="queen"))
         self.pump()

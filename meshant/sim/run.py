@@ -14,6 +14,7 @@ run shrunk to fewer faults keeps its workload, its network and its weather.
 
 from __future__ import annotations
 
+import calendar
 import functools
 import itertools
 import random
@@ -28,6 +29,7 @@ from typing import Any
 from meshant import protocol as p
 from meshant.core.queen.outbox import GraphRecord, Record, RecordMemory, Remember
 from meshant.core.queen.router import QueenConfig
+from meshant.core.schedules import model as schedule_model
 from meshant.sim.ledger import Ledger, Violation
 from meshant.sim.peers import SimClient, SimForager, SimPeer
 from meshant.sim.queen import WALL, LeaseStore, SimQueen
@@ -85,7 +87,7 @@ def config(**kw: Any) -> QueenConfig:
     base: dict[str, Any] = dict(hb_interval=0.5, hb_misses=4, assign_timeout=4.0,
                                 no_forager_wait=4.0, max_message=64 * 1024,
                                 retry_base=0.05, retry_cap=0.5, breaker_threshold=50,
-                                journal_defer=0.1, max_graph_nodes=50)
+                                journal_defer=0.1, max_graph_nodes=50, schedule_grace=1.0)
     base.update(kw)
     return QueenConfig(**base)
 
@@ -104,7 +106,11 @@ class Colony:
         self.clock = Clock()
         self.trace: list[str] = []
         self.ledger = Ledger()
-        self.ledger.delay_slack = 2 * weather.skew + weather.drift * END + 1e-6
+        # A long run (profile.hours): faults strike all along it, and it ends after it.
+        self.span = profile.hours * 3600.0
+        self.fault_end = max(FAULTS, self.span)
+        self.end = END + self.span
+        self.ledger.delay_slack = 2 * weather.skew + weather.drift * self.end + 1e-6
         self.ledger.skew_slack = 2 * weather.skew
         self.net = Net(self.clock, self.stream("net"), self.log, delay=weather.delay,
                        slow=weather.slow, pub_hwm=weather.pub_hwm, up_hwm=weather.up_hwm)
@@ -164,6 +170,8 @@ class Colony:
         self.mailboxes = [SimClient("mb0", rng=random.Random(procs.random()),
                                     clock=own_clock(), **kw)] if (
             shape.random() < profile.mailbox) else []
+        self.scheduled: dict[str, dict[str, Any]] = {}  # schedules added: their adds
+        self.paused: set[str] = set()  # schedules paused for a while
         self.faults = self._faults(disabled)
         self.ledger.on_outcome = self._outcome
         self.ledger.journaled_steps = self._journaled_steps
@@ -194,7 +202,7 @@ class Colony:
         faults: list[Fault] = []
         for _ in range(rng.randint(*self.profile.faults) if kinds else 0):
             kind = rng.choices(kinds, weights)[0]
-            at = rng.uniform(0.5, FAULTS)
+            at = rng.uniform(0.5, self.fault_end)
             if kind in ("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen",
                         "power-loss"):
                 target = rng.choice(self.queens).name
@@ -284,6 +292,7 @@ class Colony:
         for i in range(n_tasks):
             clock.at(rng.uniform(0.2, LOAD), functools.partial(submit, i))
         self._durable_work()
+        self._schedules()
         for _ in range(rng.randint(0, 3)):  # cancels of earlier submissions
             def cancel() -> None:
                 if submitted:
@@ -342,6 +351,44 @@ class Colony:
             self.clock.at(rng.uniform(0.2, LOAD), submit)
         self.clock.at(LOAD, self._look_for_questions)
 
+    def _schedules(self) -> None:
+        """Schedules (from a stream of their own): cron ticks every second or two, each
+        policy drawn; added early, some paused and resumed, all removed once the load
+        is over (so the run can settle)."""
+        rng = self.stream("schedules")
+        if rng.random() >= self.profile.schedules:
+            return
+        c = self.clients[0]
+        names = []
+        long = self.span > 0  # (an hour: every minute, more of them)
+        for i in range(rng.randint(5, 20) if long else rng.randint(1, 3)):
+            name = f"s{i}"
+            names.append(name)
+            body: dict[str, Any] = {
+                "op": "add", "name": name, "cron": "* * * * *" if long else rng.choice((
+                    "* * * * * *", "*/2 * * * * *")),
+                "capability": "echo", "payload": {"n": 20_000 + i, "tenant": "a",
+                                                  "seconds": rng.choice((0.0, 0.0, 1.5))},
+                "overlap": rng.choice(("skip", "queue", "allow")),
+                "catch_up": rng.choice(("none", "latest", "all"))}
+            if rng.random() < 0.3:
+                body["options"] = {"priority": rng.choice([10, 90])}
+            self.scheduled[name] = body
+            self.clock.at(rng.uniform(0.2, 1.5), functools.partial(c.schedule, body))
+        if rng.random() < 0.4:
+            name = rng.choice(names)
+            at = rng.uniform(2.0, LOAD)
+            self.clock.at(at, functools.partial(c.schedule, {"op": "pause", "name": name}))
+            self.clock.at(at + rng.uniform(0.5, 3.0),
+                          functools.partial(c.schedule, {"op": "resume", "name": name}))
+            self.paused.add(name)
+        if rng.random() < 0.3:
+            self.clock.at(rng.uniform(1.0, LOAD), functools.partial(
+                c.schedule, {"op": "trigger", "name": rng.choice(names)}))
+        for name in names:
+            self.clock.at(self.span + LOAD + 2.0 + rng.uniform(0, 2.0),
+                          functools.partial(c.schedule, {"op": "remove", "name": name}))
+
     def _look_for_questions(self) -> None:
         """A person now and then looks at what the colony waits for (``meshant task``,
         the dashboard) and answers a durable question whose live update they missed
@@ -355,7 +402,7 @@ class Colony:
                 c = clients.get(task.client_name)
                 if w is not None and isinstance(w.get("request"), str) and c is not None:
                     c.answer_now(task.id, w["request"])
-        if self.clock.now < END - SETTLE:
+        if self.clock.now < self.end - SETTLE:
             self.clock.after(3.0, self._look_for_questions)
 
     def _tell(self, name: str) -> None:
@@ -444,7 +491,7 @@ class Colony:
         self._workload()
         for f in self.faults:
             clock.at(f.at, functools.partial(self._strike, f))
-        clock.at(FAULTS + 0.1, self._heal)
+        clock.at(self.fault_end + 0.1, self._heal)
         try:
             self._until_settled()
             self._check_end()
@@ -509,7 +556,7 @@ class Colony:
     def _until_settled(self) -> None:
         clock = self.clock
         quiet_since: float | None = None
-        while clock.now < END:
+        while clock.now < self.end:
             horizon = clock.now + 0.5
             at, same = clock.now, 0
             while clock.step(horizon):
@@ -523,7 +570,7 @@ class Colony:
                 else:
                     at, same = clock.now, 0
             clock.now = max(clock.now, horizon)
-            if clock.now < FAULTS + 0.2 or not self._settled():
+            if clock.now < self.fault_end + 0.2 or not self._settled():
                 quiet_since = None
                 continue
             if quiet_since is None:
@@ -557,6 +604,7 @@ class Colony:
         if problems:
             led.fail("journal-chain", problems[0])
         self._check_kept_updates(journal)
+        self._check_schedules(journal)
         for k in led.kept.values():
             # At most once: the queen forgets a kept message before it sends it, and its
             # receipt says it was handed over (a connection that dies loses both).
@@ -591,6 +639,53 @@ class Colony:
             if got != list(range(run.partials)):
                 led.fail("updates-kept", f"task {task_id}: the journal keeps partials "
                          f"{got} of run {run.uid}, which sent {run.partials}")
+
+
+    def _check_schedules(self, journal: Journal) -> None:
+        """Each schedule tick made at most one task, none before its time; with overlap
+        'skip' none while the one before ran; with catch-up 'all', overlap 'allow' and
+        no pause, none of the ticks between its first and last firing went without one."""
+        if not self.scheduled:
+            return
+        led = self.ledger
+        # (Each task's end: its final event's time, on the queen's wall clock.)
+        rows = journal.db.execute(
+            "SELECT idem_key, created, (SELECT max(ts) FROM events WHERE task_id = id AND "
+            "state IN ('completed', 'failed', 'cancelled')) FROM tasks WHERE idem_key LIKE "
+            "'schedule:%' AND idem_key NOT LIKE '%:manual:%' ORDER BY created").fetchall()
+        by_tick: dict[tuple[str, str], int] = {}
+        fired: dict[str, list[tuple[float, float, float | None]]] = {}
+        for key, created, ended in rows:
+            _, name, tick = key.split(":", 2)
+            by_tick[(name, tick)] = by_tick.get((name, tick), 0) + 1
+            if by_tick[(name, tick)] > 1:
+                led.fail("schedule-once", f"schedule {name}'s tick {tick} made "
+                         f"{by_tick[(name, tick)]} tasks")
+            at = float(calendar.timegm(time.strptime(tick, "%Y-%m-%dT%H:%M:%SZ")))
+            if created < at - led.delay_slack:  # (the journal's wall clock drifts)
+                led.fail("schedule-not-early", f"schedule {name}'s tick {tick} made a task "
+                         f"at {created:.3f}, {at - created:.3f} s before its time")
+            fired.setdefault(name, []).append((at, created, ended))
+        for name, body in self.scheduled.items():
+            ticks = sorted(fired.get(name, []))
+            if body["overlap"] == "skip":
+                for (_, _, end), (at, created, _) in itertools.pairwise(ticks):
+                    if end is not None and created < end - led.delay_slack:
+                        led.fail("schedule-overlap", f"schedule {name} (overlap skip) "
+                                 f"fired its tick at {at:.0f} while the task before ran")
+            if (body["overlap"] != "allow" or body["catch_up"] != "all"
+                    or name in self.paused or len(ticks) < 2):
+                continue
+            want: list[float] = []
+            t = ticks[0][0]
+            while t <= ticks[-1][0]:
+                want.append(t)
+                t = schedule_model.next_tick(body["cron"], "UTC", t)
+            got = [x[0] for x in ticks]
+            if got != want:
+                lost = sorted(set(want) - set(got))
+                led.fail("schedule-every-tick", f"schedule {name} (catch-up all) made no "
+                         f"task for {len(lost)} of its ticks, first at {lost[0]:.0f}")
 
 
 def run_seed(seed: int, disabled: frozenset[int] = frozenset(),

@@ -43,6 +43,10 @@ class Profile:
     durable: float = 0.4  # a run with durable agents (steps, sleeps, sub-tasks, asks)
     delays: float = 0.3  # a run with delayed tasks (at=/after=)
     limits: float = 0.2  # a run whose queens hold tasks to concurrency limits
+    schedules: float = 0.3  # a run with schedules (cron ticks, every second or two)
+    # A long run: this many hours of virtual time, faults all along, schedules ticking
+    # every minute throughout (0: a run of seconds).
+    hours: float = 0.0
 
     def only(self, *kinds: str, faults: tuple[int, int] = (2, 8), **kw: Any) -> Profile:
         """This profile with only these faults, at least ``faults[0]`` of them."""
@@ -72,13 +76,17 @@ PROFILES: dict[str, Profile] = {
                             "crash-at-commit", "pause-queen", "partition", faults=(1, 6),
                             durable=1.0, asks=1.0),
     "calm": dataclasses.replace(DEFAULT, swarm=False),
+    # An hour of schedules ticking each minute through queen kills, pauses and failovers.
+    "hour": DEFAULT.only("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen",
+                         "kill-forager", "partition", faults=(6, 16), schedules=1.0,
+                         hours=1.0, failover=0.5, graphs=0.0, durable=0.0),
 }
 
 
 def profile_of(name: str, seed: int) -> Profile:
     """The profile ``name`` (``all``: the one seed ``seed`` picks)."""
-    if name == "all":
-        names = sorted(PROFILES)
+    if name == "all":  # (the long runs aside: --profile hour runs them)
+        names = sorted(n for n, p in PROFILES.items() if not p.hours)
         return PROFILES[names[seed % len(names)]]
     return PROFILES[name]
 

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshant.core.queen.outbox import GraphRecord, JournalAction, Record, RecordMemory, Remember
-from meshant.storage import conversation
+from meshant.core.queen.outbox import (
+    GraphRecord,
+    JournalAction,
+    Record,
+    RecordMemory,
+    Remember,
+    ScheduleRecord,
+)
+from meshant.storage import conversation, schedules
 from meshant.storage import graphs as graph_store
 from meshant.storage.records import Batch, memory_batch
 
@@ -26,6 +33,8 @@ def commit(journal: Any, action: JournalAction, to_wall: float) -> None:
             journal.write(conversation.batch(questions, updates, kept, unkept, to, steps))
         case GraphRecord(graphs=graphs, nodes=nodes):
             journal.write(graph_store.batch(graphs, nodes, to_wall))
+        case ScheduleRecord(changes=changes):
+            journal.write(schedules.batch(changes))
 
 
 def batch_of(journal: Any, action: JournalAction, to_wall: float) -> Batch:
@@ -41,6 +50,8 @@ def batch_of(journal: Any, action: JournalAction, to_wall: float) -> Batch:
             return conversation.batch(questions, updates, kept, unkept, to, steps)
         case GraphRecord(graphs=graphs, nodes=nodes):
             return graph_store.batch(graphs, nodes, to_wall)
+        case ScheduleRecord(changes=changes):
+            return schedules.batch(changes)
     raise TypeError(f"not a journal action: {action!r}")
 
 

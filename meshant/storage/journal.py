@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from meshant.errors import JournalError
-from meshant.storage import conversation, graphs
+from meshant.storage import conversation, graphs, schedules
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     ADDED,
@@ -176,7 +176,7 @@ class Journal(JournalReader):
             if not readonly:  # conversations' tables (storage.conversation), if missing
                 conversation.create(self.db.execute)
             if not readonly:
-                for stmt in graphs.TABLES:  # task graphs' tables: additive, idempotent
+                for stmt in (*graphs.TABLES, *schedules.TABLES):  # additive, idempotent
                     self.db.execute(stmt)
         except sqlite3.DatabaseError as e:
             self._unlock()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from meshant.errors import Deposed, JournalError
-from meshant.storage import conversation, graphs
+from meshant.storage import conversation, graphs, schedules
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     ADDED,
@@ -249,7 +249,7 @@ class PgJournal(JournalReader):
         if not self.readonly:
             with db.transaction():  # task graphs' tables: additive, idempotent
                 db.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-                for stmt in graphs.TABLES:
+                for stmt in (*graphs.TABLES, *schedules.TABLES):
                     db.execute(translate(stmt))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("app") != APP:

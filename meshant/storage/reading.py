@@ -10,7 +10,7 @@ from meshant.core.journal.archive import Restored
 from meshant.core.journal.idfilter import IdFilter
 from meshant.core.lifecycle import TaskState
 from meshant.core.tasks.model import graph_node_id
-from meshant.storage import graphs
+from meshant.storage import graphs, schedules
 from meshant.storage.conversation import ConversationStore
 from meshant.storage.records import COLS, SELECT, Batch, chain, unpack
 
@@ -99,7 +99,8 @@ class JournalReader:
         return Restored(tasks=tasks, memory=self.memory(), graphs=running, graph_tasks=finals,
                         questions=store.questions(), kept=store.kept(),
                         last_seqs=store.last_seqs(unfinished), marks=store.marks(unfinished),
-                        names=self.names(), steps=store.steps_of(unfinished))
+                        names=self.names(), steps=store.steps_of(unfinished),
+                        schedules=schedules.rows(self))
 
     def find_key(self, key: str) -> dict[str, Any] | None:
         """The newest task submitted with idempotency key ``key``, or None."""
@@ -171,6 +172,10 @@ class JournalReader:
     def find_graph(self, graph_id: str) -> dict[str, Any] | None:
         """One task graph and its nodes' states, or None."""
         return graphs.find(self, graph_id)
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule, as journaled (``storage.schedules``)."""
+        return schedules.rows(self)
 
     def memory(self) -> list[tuple[str, Any, float | None, int]]:
         """The colony memory as journaled: ``(key, value, expires_wall, seq)``."""

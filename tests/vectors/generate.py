@@ -191,6 +191,21 @@ BINARY = [
             {"position": 1, "kind": "sleep", "name": "sleep", "occurrence": 1,
              "seconds": 60.0, "until": 1312284160.0}]}, id="q-74", frm="queen",
         to="forager-07", ref="c1-30.3")),
+    # Schedules (kinds 80-81)
+    ("schedule add: every 15 minutes in a time zone, ticks that overlap skipped",
+     Message("schedule", {"op": "add", "name": "digest", "cron": "*/15 * * * *",
+                          "tz": "Europe/Paris", "capability": "summarise",
+                          "payload": {"feed": "news"}, "overlap": "skip",
+                          "catch_up": "latest", "options": {"priority": 20}},
+             id="c1-80", frm="client-1", to="queen")),
+    ("schedule.reply to a trigger: the task it submitted", Message("schedule.reply", {
+        "op": "trigger", "task": "digest.q-81", "schedule": {
+            "name": "digest", "cron": "*/15 * * * *", "tz": "Europe/Paris",
+            "capability": "summarise", "payload": {"feed": "news"}, "overlap": "skip",
+            "catch_up": "latest", "options": {"priority": 20}, "paused": False,
+            "next": 1312285500.0, "last_tick": 1312284600.0, "last_task": "digest.q-81",
+            "queued": 0, "fired": 3, "skipped": 0, "created": 1312282800.0,
+            "by": "client-1"}}, id="q-81", frm="queen", to="client-1", ref="c1-81")),
 ]
 
 LEGACY_LINES = [

@@ -70,6 +70,8 @@ class Restored:
     names: list[str] = field(default_factory=list)
     # Each unfinished task's recorded steps (durable agents), in order.
     steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The colony's schedules (core/schedules), as journaled rows.
+    schedules: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ArchiveIndex:

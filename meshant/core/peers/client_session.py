@@ -132,7 +132,7 @@ class Refusal:
 Action = (Update | Ended | GiveUp | Submitted | Reply | RequestFailed | GraphEvent | NodeUpdate
           | Followed | Delivered | Refusal)
 _REPLIES = frozenset({"task.state", "status.reply", "tool.reply", "dlq.reply", "task.answered",
-                      "task.attached", "inbox.reply", "graph.state"})
+                      "task.attached", "inbox.reply", "graph.state", "schedule.reply"})
 _TASK_UPDATES = frozenset({"task.result", "task.progress", "task.ask"})
 
 

@@ -60,9 +60,11 @@ def flush(st: QueenState, work: list[Work], traces: dict[str, str]) -> None:
                 if traces and task.final is not None:
                     traces.pop(task.id, None)
                 client = task.client
-                if task.parent is not None:
+                if task.parent is not None or not client:
                     # A sub-task's caller is a run that suspended on it: its end wakes the
-                    # parent (the scheduler), whose re-run reads it with task.call.
+                    # parent (the scheduler), whose re-run reads it with task.call. No
+                    # connection follows a schedule's task (its result is the journal's),
+                    # nor a restored one until its client says hello again.
                     continue
                 if kind != "task.result" or body.get("partial"):
                     peer = by_id.get(client)

@@ -4,9 +4,9 @@ Two kinds of values go in:
 
 * **Actions**, for the driver, carried out in order (``Outbox.actions``): :class:`Send` a
   message, :class:`Publish` on PUB, journal :class:`Record`, :class:`RecordMemory`,
-  :class:`Remember` and :class:`GraphRecord` (each durable before any later action
-  leaves), and :class:`Read` (a journal lookup whose answer comes back as an event:
-  ``QueenCore.fetched``).
+  :class:`Remember`, :class:`GraphRecord` and :class:`ScheduleRecord` (each durable
+  before any later action leaves), and :class:`Read` (a journal lookup whose answer
+  comes back as an event: ``QueenCore.fetched``).
 * **Work** the scheduler decided during a turn (``Outbox.work``): :class:`Assign`,
   :class:`Revoke` (stop an abandoned attempt), :class:`Deliver` (an update or result for
   a submitter), :class:`Watch` (the result for a later submission with the same
@@ -109,9 +109,18 @@ class Read:
     key: str
 
 
-Action = Send | Publish | Record | RecordMemory | Remember | GraphRecord | Read
-JournalAction = Record | RecordMemory | Remember | GraphRecord
-_JOURNAL = (Record, RecordMemory, Remember, GraphRecord)
+@dataclass(slots=True)
+class ScheduleRecord:
+    """Schedules changed (core/schedules): ``(name, row)`` each, row None when removed.
+    In the same transaction as the turn's task rows: a tick's cursor and the task it
+    fired are durable together."""
+
+    changes: list[tuple[str, dict[str, Any] | None]]
+
+
+Action = Send | Publish | Record | RecordMemory | Remember | GraphRecord | ScheduleRecord | Read
+JournalAction = Record | RecordMemory | Remember | GraphRecord | ScheduleRecord
+_JOURNAL = (Record, RecordMemory, Remember, GraphRecord, ScheduleRecord)
 
 
 @dataclass(slots=True)
@@ -160,4 +169,4 @@ class Outbox:
 
 
 __all__ = ["Action", "Commit", "GraphRecord", "JournalAction", "Outbox", "Publish", "Read",
-           "Record", "RecordMemory", "Remember", "Send", "grouped"]
+           "Record", "RecordMemory", "Remember", "ScheduleRecord", "Send", "grouped"]

@@ -46,11 +46,14 @@ from meshant.core.queen.outbox import (
     Record,
     RecordMemory,
     Remember,
+    ScheduleRecord,
     Send,
 )
 from meshant.core.queen.reads import ReadKey, Reads
+from meshant.core.queen.schedule_service import ScheduleService
 from meshant.core.queen.state import Arrival, Grants, QueenConfig, QueenState, Request
 from meshant.core.queen.task_service import TaskService
+from meshant.core.schedules.book import ScheduleBook
 from meshant.core.tasks.limits import parse_rules
 from meshant.core.tasks.scheduler import Scheduler
 from meshant.protocol.codec import BINARY, JSON
@@ -111,6 +114,12 @@ class QueenCore:
         self.admission = AdmissionService(st, self.registry, sched, self.graphs,
                                    self.conversations.greet)
         self.graph_service = GraphService(st, self.graphs, sched, self.index, self.reads)
+        self.schedules = ScheduleService(st, sched, self.tasks,
+                                         ScheduleBook(c.max_schedules,
+                                                      c.schedule_grace))
+        if restored is not None:
+            self.schedules.book.track_changes = True
+            self.schedules.restore(restored.schedules)
         self.operations = OperationsService(st, sched, self.conversations, self.admission,
                                      self.status)
         t, cv, g, ops = self.tasks, self.conversations, self.graph_service, self.operations
@@ -149,6 +158,7 @@ class QueenCore:
             "graph.status": g.status,
             "graph.cancel": g.cancel,
             "graph.spawn": g.spawn,
+            "schedule": self.schedules.request,
         }
         # The handlers that may read the journal declare what, given the request, before
         # they run (core/queen/reads.py): the request waits for the answers, then its
@@ -289,6 +299,7 @@ class QueenCore:
         self.scheduler.tick(now)
         self.memory_service.tick(now)
         self.conversations.tick(now)
+        self.schedules.tick(now)
         index = self.index
         if index is not None and index.crowded:
             index.rebuilding = True
@@ -311,6 +322,10 @@ class QueenCore:
             sched.changed.clear()
             if write:
                 out.actions.append(Record(write))
+        book = self.schedules.book
+        if book.changed:
+            # Right after the tasks its ticks fired: one transaction holds both.
+            out.actions.append(ScheduleRecord(book.take_changes()))
         graphs = self.graphs
         if graphs.changed or graphs.changed_nodes:
             out.actions.append(GraphRecord(*graphs.take_changes()))
@@ -394,6 +409,9 @@ class QueenCore:
             "breakers": sched.breakers.states(),
             "recently_gone": list(self.registry.gone)[-10:],
             "graphs": [g.summary() for g in list(self.graphs.graphs.values())[:100]],
+            # The schedules, the soonest to fire first (core/schedules).
+            "schedules": len(self.schedules.book),
+            "next_schedules": self.schedules.views(20),
             "journal": journal_location(self.config.journal),
         }
 
@@ -468,7 +486,7 @@ class QueenCore:
 
 
 __all__ = ["Action", "GraphRecord", "Publish", "QueenConfig", "QueenCore", "Read", "Record",
-           "RecordMemory", "Remember", "Send"]
+           "RecordMemory", "Remember", "ScheduleRecord", "Send"]
 
 
 def journal_location(journal: str | None) -> str | None:

@@ -59,6 +59,10 @@ class QueenConfig:
     durability: str = "process"
     journal_defer: float = 0.1
     max_graph_nodes: int = 10_000
+    max_schedules: int = 100_000
+    # Seconds a schedule's tick may be late and still fire: later, it was missed, and its
+    # catch-up policy decides (core/schedules/model.py).
+    schedule_grace: float = 10.0
     retry_base: float = 0.5
     retry_cap: float = 30.0
     breaker_threshold: int = 5

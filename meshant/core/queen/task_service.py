@@ -209,6 +209,37 @@ class TaskService:
             # path of the task, the acknowledgement is not.
             st.later(node, p.Message("task.submitted", {"task": task.id}, ref=msg.id))
 
+    def scheduled(self, task_id: str, capability: str, payload: Any, options: dict[str, Any],
+                  key: str, client_name: str, now: float) -> Task | str:
+        """A task a schedule's tick submits (core/schedules): journaled at once, with the
+        tick's idempotency key; no peer follows it (its result is the journal's). The
+        task, or why it could not be submitted."""
+        held = _Held()
+        problem = self.options_refused(capability, payload, options, held)
+        if problem is not None:
+            return problem
+        task = self._task(task_id, capability, payload, options, b"", client_name)
+        task.key = key
+        task.concurrency, task.limit_keys, task.cost = held.own, held.keys, held.cost
+        try:
+            self.scheduler.submit(task, now)
+        except QueueFull as e:
+            return f"queue full: {e}"
+        if self.index is not None:
+            self.index.add("t", task.id)
+            self.index.add("k", key)
+        return task
+
+    def options_refused(self, capability: str, payload: Any, options: dict[str, Any],
+                        held: _Held | None = None) -> str | None:
+        """Why a task of ``capability`` with ``payload`` and submission ``options`` (no
+        delay among them) would be refused, or None (``held``: what holds it back)."""
+        body = {"capability": capability, **options}
+        problem = options_problem(body)
+        if problem is None:
+            problem = self._held({**body, "payload": payload}, 0.0, held or _Held())
+        return problem
+
     def _held(self, body: dict[str, Any], wall: float, out: _Held) -> str | None:
         """What holds a submission back — its delay (core/tasks/delays.py), its limits'
         keys (limits.py), its cost for the rate limits (rates.py) — into ``out``; or

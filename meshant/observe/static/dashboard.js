@@ -119,6 +119,14 @@
       cell(tr, g.graph); cell(tr, g.state, "s-" + g.state); cell(tr, g.nodes);
       cell(tr, g.client);
     });
+    text($("schedules-count"), "(" + (s.schedules || 0) + ")");
+    rows("schedules", s.next_schedules || [], (tr, x) => {
+      cell(tr, x.name); cell(tr, x.cron + (x.tz !== "UTC" ? " " + x.tz : ""));
+      cell(tr, x.capability);
+      cell(tr, x.paused ? "paused" : x.next ? new Date(x.next * 1000).toLocaleString() : "–",
+           x.paused ? "s-cancelled" : "");
+      cell(tr, x.fired + (x.skipped ? " / " + x.skipped + " skipped" : ""));
+    });
     rows("dlq", s.dead_letter_tasks, (tr, t) => {
       taskRow(tr, t);
       cell(tr, t.capability);
