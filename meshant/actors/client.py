@@ -591,13 +591,14 @@ class Client(Peer):
     def add_schedule(self, name: str, cron: str, capability: str | Capability[Any, Any],
                      payload: Any = None, *, tz: str = "UTC", overlap: str = "skip",
                      catch_up: str = "latest", paused: bool = False, replace: bool = False,
-                     timeout: float = 5.0, **options: Any) -> dict[str, Any]:
+                     request_timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Have the queen submit a task of ``capability`` with ``payload`` at every tick
         of ``cron`` (5 fields; or 6, seconds first) in time zone ``tz``, kept in its journal.
         ``overlap``: what a tick does while the last one's task runs (``skip``, ``queue``,
         ``allow``); ``catch_up``: what happens to ticks missed while no queen led
         (``none``, ``latest``: the newest once, ``all``). ``options``: the tasks'
-        submission options (priority, labels, timeout, max_attempts, to, cost...).
+        submission options (priority, labels, timeout — each task's run-time limit —,
+        max_attempts, to, cost...); ``request_timeout``: how long to wait for the queen.
         ``replace``: an existing schedule of that name is replaced. Returns the
         schedule as the queen holds it (``next``: its next tick, wall-clock seconds).
         Raises BadInput naming what is wrong (nothing is kept then)."""
@@ -612,7 +613,7 @@ class Client(Peer):
             body["paused"] = True
         if replace:
             body["replace"] = True
-        return dict(self._request("schedule", body, timeout)["schedule"])
+        return dict(self._request("schedule", body, request_timeout)["schedule"])
 
     def schedules(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Every schedule the queen holds, by name, with its next tick."""

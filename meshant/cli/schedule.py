@@ -152,8 +152,8 @@ for _op_name, _doc in (
         ("resume", "Resume schedule NAME from now (ticks it was paused through do not "
                    "fire)."),
         ("remove", "Remove schedule NAME (tasks it submitted run on)."),
-        ("trigger", "Submit schedule NAME's task now, whatever its cron and overlap say; "
-                    "prints the task's id.")):
+        ("trigger", "Submit schedule NAME's task now, whatever its cron says (while its "
+                    "last task runs, only with --overlap allow); prints the task's id.")):
     schedule.add_command(_op(_op_name, _doc))
 
 COMMANDS = [schedule]
