@@ -325,8 +325,10 @@ def test_one_task_per_tick_across_a_postgresql_failover(
         a.send_signal(signal.SIGKILL)
         a.wait(10)
         wait_for(lambda: pair.leads("qb"), timeout=LEASE + 10, what="qb to lead")
-        first = c.schedules()[0]["fired"]
-        wait_for(lambda: c.schedules()[0]["fired"] >= first + 3, 20, what="ticks on qb")
+        # (The first request after the takeover waits for the client to find qb.)
+        first = c.schedules(timeout=LEASE + 10)[0]["fired"]
+        wait_for(lambda: c.schedules(timeout=10)[0]["fired"] >= first + 3, 30,
+                 what="ticks on qb")
         c.schedule("remove", "tick")
     j = open_journal(pg_url, readonly=True)
     try:

@@ -44,10 +44,13 @@ def batch(changes: list[tuple[str, dict[str, Any] | None]]) -> Batch:
 def rows(j: Any) -> list[dict[str, Any]]:
     """Every schedule journal ``j`` holds (what ``ScheduleBook.restore`` takes); none from
     a journal older than schedules."""
-    try:
+    if getattr(j, "readonly", False):
+        try:
+            found = j._all("SELECT spec FROM schedules ORDER BY name")
+        except Exception:  # (an older journal opened read-only: no such table)
+            return []
+    else:  # (a writable journal made the table: an error here is the journal's, raised)
         found = j._all("SELECT spec FROM schedules ORDER BY name")
-    except Exception:  # (an older journal opened read-only: no such table)
-        return []
     return [unpack(r[0]) for r in found]
 
 

@@ -57,10 +57,14 @@ class ScheduleService:
         """Submit the task of ``s``'s tick ``tick``; its id, or None (not submitted)."""
         st = self.state
         known = self.scheduler.by_key.get(key)
+        owner = f"{model.KEY_PREFIX}{s.name}"
         if known is not None:
-            return known  # (this tick's task exists: it is not made twice)
+            mine = self.scheduler.find_live(known)
+            if mine is not None and mine.client_name == owner:
+                return known  # (this tick's task exists: it is not made twice)
+            # (A client's task that took the key is not the tick's: the tick fires.)
         task = self.tasks.scheduled(f"{s.name}.{p.new_id()}", s.capability, s.payload,
-                                    s.options, key, f"{model.KEY_PREFIX}{s.name}", now)
+                                    s.options, key, owner, now)
         if isinstance(task, str):
             st.counters["schedule_refused"] += 1
             return None

@@ -122,6 +122,8 @@ class ScheduleBook:
                 if s is None or not s.queued:
                     self._waiting.discard(name)
                     continue
+                if s.paused:
+                    continue  # (its queue waits for its resume: a paused schedule fires nothing)
                 if s.last_task is None or not live(s.last_task):
                     self._fire(s, s.queued.pop(0), fire)
                     if not s.queued:
