@@ -12,22 +12,14 @@ import pytest
 
 from meshant.core.schedules import book as book_mod
 from meshant.core.schedules import model
-from meshant.sim.run import Result, run_seed
+from meshant.sim.run import run_seed
 from meshant.sim.weather import DEFAULT, PROFILES
+
+from .test_sim_limits import _caught
 
 SCHEDULES = dataclasses.replace(DEFAULT, schedules=1.0)
 CRASHES = SCHEDULES.only("kill-queen", "crash-mid-turn", "crash-at-commit", "pause-queen",
                          faults=(1, 4))
-
-
-def _caught(profile: Any, seeds: int, invariant: str) -> tuple[int, Result]:
-    for seed in range(seeds):
-        r = run_seed(seed, profile=profile)
-        if r.violation is not None:
-            assert r.violation.invariant == invariant, r.violation
-            print(f"caught by seed {seed} (of at most {seeds}): {r.violation}")  # (pytest -s)
-            return seed, r
-    raise AssertionError(f"the mutant survived {seeds} seeds")
 
 
 def test_schedules_keep_their_promises_through_crashes_and_failovers() -> None:
