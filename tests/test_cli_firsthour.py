@@ -262,6 +262,15 @@ BAD_INPUT: list[tuple[str, list[str], str]] = [
     ("conformance queen", ["--queen", "nonsense"], "not a ZeroMQ endpoint"),
     ("top", ["--once", "--queen", "tcp://127.0.0.1:1", "--connect-timeout", "0.2"],
      "no answer"),
+    ("schedule add", ["--queen", "QUEEN", "x", "nonsense", "echo"], "not a cron expression"),
+    ("schedule add", ["--queen", "QUEEN", "x", "* * * * *", "echo", "{bad"], "not JSON"),
+    ("schedule list", ["--queen", "tcp://127.0.0.1:1", "--connect-timeout", "0.2"],
+     "no answer"),
+    ("schedule show", ["--queen", "QUEEN", "no-such-schedule"], "no schedule named"),
+    ("schedule pause", ["--queen", "QUEEN", "no-such-schedule"], "no schedule named"),
+    ("schedule resume", ["--queen", "QUEEN", "no-such-schedule"], "no schedule named"),
+    ("schedule remove", ["--queen", "QUEEN", "no-such-schedule"], "no schedule named"),
+    ("schedule trigger", ["--queen", "QUEEN", "no-such-schedule"], "no schedule named"),
 ]
 
 
