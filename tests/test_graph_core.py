@@ -229,6 +229,46 @@ def test_restart_carries_graph_on(journal_spec: str) -> None:
     j2.close()
 
 
+def test_graph_ended_meanwhile_tells_its_client_every_node_again(journal_spec: str) -> None:
+    # The queen died with node b running; its successor ended the graph before the
+    # client came back (b's result went nowhere): the client sending the graph again
+    # hears every node's end, b's result too, before the graph's, from memory or, after
+    # another restart, from the journal.
+    j = open_journal(journal_spec)
+    col = InMemoryColony(journal=j)
+    fg = col.forager("f", slots=2)
+    cl = col.client()
+    cl.send("graph.submit", {"nodes": [n("a", payload=1), n("b", payload={"$result": "a"}),
+                                       n("bad", max_attempts=1)]}, id="g7")
+    for x in col.assigns(fg):
+        if x["task"].endswith("/a"):
+            fg.send("task.result", {"status": "ok", "result": 10}, ref=x["id"])
+        else:
+            fg.send("task.result", {"status": "error", "error": {"message": "x"}}, ref=x["id"])
+    (b,) = col.assigns(fg)
+    j.close()
+    j2 = open_journal(journal_spec)
+    col2 = InMemoryColony(journal=j2)
+    fg2 = col2.forager("f", slots=2, running=[b["id"]])
+    fg2.send("task.result", {"status": "ok", "result": 20}, ref=b["id"])
+    for c in (col2.client(), None):
+        if c is None:  # once more, on a queen that has the graph from its journal only
+            j2.close()
+            j2 = open_journal(journal_spec)
+            c = InMemoryColony(journal=j2).client()
+        c.send("graph.submit", {"nodes": []}, id="g7")
+        got = [m for m in c.take() if m.kind in ("graph.node", "graph.result")]
+        assert [m.kind for m in got] == ["graph.node"] * 3 + ["graph.result"]
+        ends = {m.b["node"]: m.b for m in got[:3]}
+        assert ends["a"]["result"] == 10 and ends["b"]["result"] == 20
+        assert ends["bad"]["state"] == "failed" and ends["bad"]["error"]["message"] == "x"
+        assert got[3].b["state"] == "failed" and "results" not in got[3].b
+        c.send("graph.status", {"graph": "g7"})
+        st = c.one("graph.state").b
+        assert "results" not in st and st["counts"] == {"completed": 2, "failed": 1}
+    j2.close()
+
+
 def test_long_chain_failing_first_cancels_the_rest() -> None:
     col = InMemoryColony()
     fg = col.forager("f", slots=1)

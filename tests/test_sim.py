@@ -171,6 +171,16 @@ def test_mutant_a_graph_dependant_is_released_after_its_upstream_failed(mutate: 
 
 
 @pytest.mark.slow
+def test_mutant_an_ended_graph_sent_again_is_answered_with_its_end_alone(mutate: Any) -> None:
+    # The old answer to a client sending again a graph that ended meanwhile (on a queen
+    # that took over, its nodes' results sent to a connection long gone): the graph's
+    # summary, none of its nodes' ends, so the client's graph lacked their results.
+    mutate(graph_book.GraphBook, "ended_nodes", lambda self, gid: [])
+    _caught(DEFAULT.only("kill-queen", "crash-at-commit", faults=(1, 5), graphs=1.0,
+                         durable=0.0, failover=1.0), 200, "graph-nodes-heard")
+
+
+@pytest.mark.slow
 def test_mutant_an_answer_is_delivered_to_a_later_attempt(mutate: Any) -> None:
     real = conversations.ConversationService.answer
 

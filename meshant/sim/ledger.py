@@ -76,6 +76,9 @@ class Ledger:
         self.runs: dict[int, Run] = {}
         self.graphs: dict[str, str] = {}  # graph id -> its client
         self.graph_outcomes: dict[str, list[dict[str, Any]]] = {}
+        # graph id -> the nodes whose end its client heard (a node task's final result,
+        # or graph.node for a node that ended without running)
+        self.nodes_heard: dict[str, set[str]] = {}
         self.kept: dict[str, Kept] = {}
         self.terms: dict[int, str] = {}  # leadership term -> the queen granted it
         self.restored: dict[str, set[tuple[str, int]]] = {}  # queen life -> adoptable
@@ -116,6 +119,19 @@ class Ledger:
         if self.lossy and invariant in DURABLE:
             return  # (a power cut took back commits: what it promised is gone with them)
         raise Violation(invariant, detail)
+
+    def node_heard(self, graph: str, node: str) -> None:
+        self.nodes_heard.setdefault(graph, set()).add(node)
+
+    def graph_ended(self, body: dict[str, Any]) -> None:
+        """A graph's end reached its client: every node's end reached it first (what a
+        client's graph handle gathers its result from)."""
+        heard = self.nodes_heard.get(body["graph"], set())
+        nodes = body.get("nodes")
+        if isinstance(nodes, int) and len(heard) < nodes:
+            self.fail("graph-nodes-heard", f"graph {body['graph']} ended {body.get('state')} "
+                      f"with {nodes} nodes; its client heard the end of {len(heard)}: "
+                      f"{sorted(heard)}")
 
     def kept_delivered(self, msg: Any, to: str) -> None:
         """A directed message reached ``to``: at most once."""

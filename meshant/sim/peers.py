@@ -28,6 +28,7 @@ from meshant.core.peers.choice import QueenChoice
 from meshant.core.peers.client_session import ClientSession
 from meshant.core.peers.forager_session import ForagerSession
 from meshant.core.peers.link import FLUSH_MAX, Item, PeerLink, Role
+from meshant.core.tasks.model import graph_node_of
 from meshant.sim.ledger import Kept, Ledger, Run, Submission, Violation
 from meshant.sim.queen import WALL
 from meshant.sim.world import Clock, Conn, Net, ProcessClock
@@ -844,13 +845,19 @@ class SimClient(SimPeer):
                     if kind == "task.result" and not body.get("partial"):
                         self.log(f"{self.name} hears graph node {body['task']}: "
                                  f"{body.get('state')}")
+                        where = graph_node_of(str(body["task"]))
+                        if where is not None:
+                            self.ledger.node_heard(*where)
                 case cs_.GraphEvent(kind=kind, msg=msg):
-                    if kind == "graph.result":
+                    if kind == "graph.node" and msg.b.get("state") != "running":
+                        self.ledger.node_heard(msg.b["graph"], msg.b["node"])
+                    elif kind == "graph.result":
                         got = self.ledger.graph_outcomes.setdefault(msg.b["graph"], [])
                         got.append(msg.b)
                         if len(got) > 1:
                             self.ledger.fail("one-outcome", f"graph {msg.b['graph']} ended "
                                              "twice")
+                        self.ledger.graph_ended(msg.b)
                     elif kind == "error":
                         self.ledger.graph_outcomes.setdefault(msg.ref or "", []).append(msg.b)
                 case cs_.Reply(kind="task.attached", body=body):

@@ -120,8 +120,8 @@ def unfinished(j: Any) -> list[dict[str, Any]]:
 
 
 def find(j: Any, gid: str) -> dict[str, Any] | None:
-    """One graph as ``graph.state`` shows it, or None (also for a journal from before
-    graphs, opened read-only)."""
+    """One graph as ``graph.state`` shows it, with its completed nodes' ``results``
+    besides, or None (also for a journal from before graphs, opened read-only)."""
     try:
         r = j._one(f"SELECT {', '.join(_GCOLS)} FROM graphs WHERE id = ?", (gid,))
     except Exception:  # no graphs table: an old journal opened read-only
@@ -144,7 +144,10 @@ def find(j: Any, gid: str) -> dict[str, Any] | None:
             rec["error"] = {k: v for k, v in n["error"].items() if k != "traceback"}
         states.append(rec)
     out: dict[str, Any] = {"graph": gid, "state": d["state"], "client": d["client_name"],
-                           "nodes": len(nodes), "counts": counts, "node_states": states}
+                           "nodes": len(nodes), "counts": counts, "node_states": states,
+                           # (what a client sending an ended graph again is told again)
+                           "results": {n["spec"]["name"]: n["result"] for n in nodes
+                                       if n["state"] == "completed"}}
     if d["failed"]:
         out["failed"] = d["failed"]
     return out

@@ -93,6 +93,12 @@ class Graph:
         return rec
 
 
+def public(status: dict[str, Any]) -> dict[str, Any]:
+    """A finished graph's status as ``graph.state`` shows it (its nodes' results, kept
+    for ``GraphBook.ended_nodes``, left out)."""
+    return {k: v for k, v in status.items() if k != "results"}
+
+
 class GraphBook:
     """The running graphs. ``scheduler.on_graph_final`` must be this book's ``on_final``."""
 
@@ -344,7 +350,11 @@ class GraphBook:
         self._touch(g)
         summary = g.summary()
         self.notify(g.client, p.Message("graph.result", summary))
-        self.remember(g.id, {**summary, "node_states": self.node_states(g)})
+        # With its nodes' results: a client that sends the graph again (it missed the
+        # end, over a failover) is told every node's end before the graph's.
+        self.remember(g.id, {**summary, "node_states": self.node_states(g),
+                             "results": {x.name: x.result for x in g.nodes.values()
+                                         if x.state == COMPLETED}})
 
     def remember(self, gid: str, status: dict[str, Any]) -> None:
         """Keep a finished graph's status (with its ``node_states``) for graph.status,
@@ -360,7 +370,23 @@ class GraphBook:
 
     def result_of(self, gid: str) -> dict[str, Any]:
         """A finished graph's ``graph.result`` body (its summary, without node states)."""
-        return {k: v for k, v in self.done[gid].items() if k != "node_states"}
+        return {k: v for k, v in self.done[gid].items() if k not in ("node_states", "results")}
+
+    def ended_nodes(self, gid: str) -> list[dict[str, Any]]:
+        """A finished graph's ``graph.node`` bodies, one per node: its end, with its
+        result or error (for a client that may have missed them)."""
+        done = self.done[gid]
+        results = done.get("results") or {}
+        out = []
+        for rec in done.get("node_states") or ():
+            body: dict[str, Any] = {"graph": gid, "node": rec["node"], "state": rec["state"],
+                                    "task": rec["id"]}
+            if rec["state"] == COMPLETED:
+                body["result"] = results.get(rec["node"])
+            elif rec.get("error") is not None:
+                body["error"] = rec["error"]
+            out.append(body)
+        return out
 
     def node_states(self, g: Graph) -> list[dict[str, Any]]:
         """Every node's state, attempt and error (its traceback left to the node's task:
@@ -446,7 +472,8 @@ class GraphBook:
     def status(self, gid: str) -> dict[str, Any] | None:
         g = self.graphs.get(gid)
         if g is None:
-            return self.done.get(gid)
+            done = self.done.get(gid)
+            return None if done is None else public(done)
         return {**g.summary(), "node_states": self.node_states(g)}
 
     def client_moved(self, g: Graph, new: bytes) -> None:
@@ -528,4 +555,4 @@ class GraphBook:
                     self._start(g, n, now)
 
 
-__all__ = ["GNode", "Graph", "GraphBook", "GraphError"]
+__all__ = ["GNode", "Graph", "GraphBook", "GraphError", "public"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.graphs.book import Graph, GraphBook
+from meshant.core.graphs.book import Graph, GraphBook, public
 from meshant.core.graphs.model import GraphError
 from meshant.core.journal.archive import ArchiveIndex
 from meshant.core.queen.reads import ReadKey, Reads
@@ -104,6 +104,11 @@ class GraphService:
             return
         st.counters["resubmitted"] += 1
         if g is None:
+            # It ended meanwhile (perhaps on this queen, restored after a failover, while
+            # its nodes' results went to a connection long gone): every node's end, then
+            # the graph's, as for a running graph.
+            for end in book.ended_nodes(msg.id):
+                st.send(node, p.Message("graph.node", end))
             st.send(node, p.Message("graph.result", book.result_of(msg.id), ref=msg.id))
             return
         book.client_moved(g, req.identity)  # its nodes' tasks too (restored ones among them)
@@ -124,6 +129,7 @@ class GraphService:
         st = self.book.status(gid)
         if st is None:
             st = self._ended(req, gid)
+            st = public(st) if st is not None else None
         if st is None:
             self.state.refuse(req, Code.UNKNOWN_GRAPH, f"no graph {gid!r}")
             return
