@@ -65,12 +65,13 @@ def pg_url(pg_server: Any, request: pytest.FixtureRequest) -> str:
 def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll ``pred`` until it is truthy (returned) or fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
+    v: Any = None
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
         time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what} (last seen: {v!r:.300})")
 
 
 class Colony:

@@ -136,9 +136,18 @@ def test_paused_leader_is_deposed_and_steps_down_when_it_wakes(
         assert took < 2 * LEASE + 3, took
         # The old leader wakes past its lease: it steps down and says so.
         # ... and then names the new leader and its term.
-        wait_for(lambda: pair.role("qa") == {"role": "standby", "term": 2, "queen": "qa",
-                                             "leader": pair.endpoint("qb")},
-                 timeout=10, what="qa to step down and name qb")
+        # (Each look is a `meshant status` process, a few a second at most on a loaded
+        # machine, and qa first ends the write it froze in.)
+        want = {"role": "standby", "term": 2, "queen": "qa", "leader": pair.endpoint("qb")}
+        seen: list[dict[str, Any]] = []
+
+        def named_qb() -> bool:
+            seen.append(pair.role("qa"))
+            return seen[-1] == want
+        try:
+            wait_for(named_qb, timeout=LEASE + 20, what="qa to step down and name qb")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: qa said {seen[-3:]}") from None
         results = [f.result(120) for f in futs]
     assert [r["n"] for r in results] == list(range(n))
     _exactly_once(pg_url, n)

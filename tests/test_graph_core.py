@@ -269,6 +269,32 @@ def test_graph_ended_meanwhile_tells_its_client_every_node_again(journal_spec: s
     j2.close()
 
 
+def test_ended_graphs_results_kept_in_bytes_then_read_back(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    # Memory keeps finished graphs' node results up to a byte budget, the oldest let go
+    # first; a client sending such a graph again has them read back from the journal.
+    from meshant.core.graphs import book as graph_book
+
+    monkeypatch.setattr(graph_book, "KEEP_DONE_RESULT_BYTES", 25_000)
+    j = open_journal(str(tmp_path / "q.db"))
+    col = InMemoryColony(journal=j)
+    fg = col.forager("f", slots=1)
+    cl = col.client()
+    for g in ("g1", "g2", "g3"):
+        cl.send("graph.submit", {"nodes": [n("a")]}, id=g)
+        (x,) = col.assigns(fg)
+        fg.send("task.result", {"status": "ok", "result": g * 5000}, ref=x["id"])
+    book = col.core.graphs
+    assert [book.has_results(g) for g in ("g1", "g2", "g3")] == [False, True, True]
+    assert book._done_result_bytes == sum(book._done_results.values()) < 25_000
+    cl.take()
+    cl.send("graph.submit", {"nodes": []}, id="g1")
+    got = [m for m in cl.take() if m.kind in ("graph.node", "graph.result")]
+    assert [m.kind for m in got] == ["graph.node", "graph.result"]
+    assert got[0].b["result"] == "g1" * 5000
+    j.close()
+
+
 def test_long_chain_failing_first_cancels_the_rest() -> None:
     col = InMemoryColony()
     fg = col.forager("f", slots=1)

@@ -93,11 +93,32 @@ def test_catch_up_decides_what_a_gap_fires() -> None:
     # A tick late by less than the grace is late, not missed: it fires under every policy.
     s = _sched(at=t0 - 1, catch_up="none")
     assert model.due(s, t0 + 5)[0] == [t0]
-    # A per-second cron and a day down: the look stops at MAX_LOOK ticks, then jumps.
+    # A per-second cron and a day down: 'all' fires the oldest MAX_CATCH_UP missed ticks
+    # and the late ones (within the grace); the rest are counted, not walked.
     s = _sched("* * * * * *", at=t0, catch_up="all")
     ticks, skip, cursor = model.due(s, t0 + 86400)
-    assert len(ticks) == model.MAX_CATCH_UP + 1 and cursor == t0 + 86400
-    assert skip == model.MAX_LOOK - model.MAX_CATCH_UP
+    assert ticks == [t0 + i for i in range(1, model.MAX_CATCH_UP + 1)] + \
+        [t0 + i for i in range(86390, 86401)]
+    assert cursor == t0 + 86400 and skip == 86389 - model.MAX_CATCH_UP
+    for policy, fired in (("none", 11), ("latest", 11)):
+        s = _sched("* * * * * *", at=t0, catch_up=policy)
+        ticks, skip, cursor = model.due(s, t0 + 86400)
+        assert (len(ticks), skip, cursor) == (fired, 86389, t0 + 86400), policy
+    # Per minute, a day down: 'latest' fires the newest missed tick; the count of the
+    # skipped is exact for a regular cron (from the walked ticks' spacing).
+    s = _sched(at=t0 - 1, catch_up="latest")
+    ticks, skip, cursor = model.due(s, t0 + 86400 + 30)
+    assert ticks == [t0 + 86400] and skip == 1440 and cursor == t0 + 86400
+    # An irregular cron (weekdays at 9), a year down: the newest missed weekday 09:00.
+    s = _sched("0 9 * * MON-FRI", at=t0, catch_up="latest")
+    ticks, skip, cursor = model.due(s, t0 + 365 * 86400)
+    assert ticks == [cursor] and datetime.fromtimestamp(cursor, UTC).weekday() < 5
+    assert cursor == model.latest_tick("0 9 * * MON-FRI", "UTC", t0 + 365 * 86400)
+    assert 255 <= skip <= 265
+    # A grace wider than MAX_LOOK late ticks: the rest are skipped, the cursor is the newest.
+    s = _sched("* * * * * *", at=t0, catch_up="none")
+    ticks, skip, cursor = model.due(s, t0 + 20_000, grace=50_000)
+    assert len(ticks) == model.MAX_LOOK and skip == 10_000 and cursor == t0 + 20_000
 
 
 class _Tasks:
@@ -113,7 +134,10 @@ class _Tasks:
         self.live.add(task)
         return task
 
-    def end_all(self) -> None:
+    def end_all(self, book: ScheduleBook) -> None:
+        """Every task ends (and the book hears of it, as the scheduler's hook tells it)."""
+        for task in self.live:
+            book.task_ended(task)
         self.live.clear()
 
 
@@ -126,7 +150,7 @@ def test_overlap_skip_queue_and_allow() -> None:
         for i in range(3):
             book.tick(t0 + i, tasks.fire, tasks.live.__contains__)
         assert len(tasks.keys) == after_three, overlap
-        tasks.end_all()
+        tasks.end_all(book)
         book.tick(t0 + 2.5, tasks.fire, tasks.live.__contains__)
         assert len(tasks.keys) == after_end, overlap
         s = book.schedules["s"]
@@ -149,6 +173,48 @@ def test_pause_resume_and_the_heap_between_ticks() -> None:
     assert tasks.keys == [f"schedule:s:{model.stamp(t0 + 360)}"]
     book.remove("s")
     assert book.soonest() == math.inf and book.take_changes() == []  # (no journal)
+    # Pause and resume over and over between two ticks: the heap stays bounded.
+    book.add(_sched(at=t0 + 360))
+    for _ in range(1000):
+        book.pause(book.schedules["s"])
+        book.resume(book.schedules["s"], t0 + 361)
+    assert len(book._heap) <= 2 * len(book) + 65 and book.soonest() == t0 + 420
+
+
+def test_queued_ticks_wait_for_the_running_task_not_a_poll() -> None:
+    # Overlap 'queue': a waiting schedule is looked at again only when the task it waits
+    # for ends (the book is told), not at every turn; a refused firing keeps its reason.
+    t0 = _wall("2026-12-03T06:00:00+00:00")
+    book, tasks = ScheduleBook(), _Tasks()
+    watched: list[str] = []
+    book.on_block = watched.append
+    looked: list[str] = []
+
+    def live(task: str) -> bool:
+        looked.append(task)
+        return task in tasks.live
+
+    book.add(_sched("* * * * * *", at=t0 - 0.5, overlap="queue"))
+    for i in range(4):
+        book.tick(t0 + i, tasks.fire, live)
+    s = book.schedules["s"]
+    assert (s.fired, len(s.queued), watched) == (1, 3, ["t0"])
+    looked.clear()
+    for _ in range(100):
+        book.tick(t0 + 3.5, tasks.fire, live)  # (turns with nothing due: no look)
+    assert looked == [] and not book.ready
+    tasks.end_all(book)
+    book.tick(t0 + 3.6, tasks.fire, live)
+    assert (s.fired, len(s.queued), watched) == (2, 2, ["t0", "t1"])
+
+    def refuse(s: Schedule, tick: float, key: str) -> None:
+        s.refused += 1
+        s.last_refusal = f"{model.stamp(tick)}: queue full: 100 tasks queued"
+
+    tasks.end_all(book)
+    book.tick(t0 + 3.7, refuse, live)
+    assert (s.fired, s.refused, len(s.queued)) == (2, 1, 1) and book.ready
+    assert "queue full" in (s.last_refusal or "") and s.view()["refused"] == 1
 
 
 # -- the queen core: messages and journal -----------------------------------------------

@@ -34,7 +34,9 @@ def _line(s: dict[str, Any], now: float) -> str:
     state = "paused" if s["paused"] else "active"
     return (f"{s['name']:20} {s['cron']:16} {s['tz']:14} {s['capability']:14} {state:7} "
             f"next {_when(s.get('next'), now)}  fired {s['fired']} skipped {s['skipped']}"
-            + (f" queued {s['queued']}" if s.get("queued") else ""))
+            + (f" queued {s['queued']}" if s.get("queued") else "")
+            + (f" refused {s['refused']} (last: {s['last_refusal']})" if s.get("refused")
+               else ""))
 
 
 def _show(s: dict[str, Any], as_json: bool) -> None:

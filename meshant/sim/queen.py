@@ -9,8 +9,10 @@ by the term, as a PostgreSQL journal fences it.
 
 from __future__ import annotations
 
+import calendar
 import random
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable, Container, Iterable
 from typing import Any
@@ -34,6 +36,7 @@ from meshant.sim.ledger import Ledger
 from meshant.sim.world import Clock, Net, ProcessClock
 from meshant.storage.commit import commit_all
 from meshant.storage.journal import Journal
+from meshant.storage.schedules import rows as schedule_rows
 
 WALL = 1.0e9  # the simulated wall clock: virtual time plus this
 TICK = 0.05
@@ -524,12 +527,33 @@ class SimQueen:
         except Deposed:
             return False
         self.ledger.writes += 1
+        self._check_cursors(action)
         if self.durability == "process" and self.disk is not None:
             self._since_sync += 1
             if self._since_sync >= self.sync_every:
                 self.synced = self.disk.serialize()
                 self._since_sync = 0
         return True
+
+    def _check_cursors(self, action: Commit) -> None:
+        """Each schedule tick's task the commit journaled has its schedule's cursor at or
+        past that tick in the journal by then: the two are durable together, so a queen
+        that takes over never fires a tick whose task exists (the tick's key is only the
+        second line of defence)."""
+        ticks = [t.key for a in action.actions if isinstance(a, outbox.Record)
+                 for t in a.tasks if t.key is not None and t.key.startswith("schedule:")
+                 and ":manual:" not in t.key and t.client_name.startswith("schedule:")]
+        if not ticks or self.journal is None:
+            return
+        cursors = {r["name"]: r["cursor"] for r in schedule_rows(self.journal)}
+        for key in ticks:
+            _, name, stamp = key.split(":", 2)
+            tick = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+            cursor = cursors.get(name)
+            if cursor is not None and cursor < tick - self.ledger.delay_slack:
+                self.ledger.fail("schedule-cursor", f"{self.life} journaled schedule {name}'s "
+                                 f"task for its tick {stamp} with the cursor at {cursor:.0f}, "
+                                 "before that tick")
 
     def _read(self, read: Read, life: int) -> None:
         journal = self.journal

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshant import protocol as p
+from meshant.core.conversations.model import size_of
 from meshant.core.counters import Counters
 from meshant.core.graphs.model import GraphError, NodeSpec, check_graph, substitute
 from meshant.core.lifecycle import GRAPH_NODE, GRAPH_NODE_FINAL, NodeEvent, NodeState, step
@@ -34,6 +35,9 @@ NODE_FINAL = GRAPH_NODE_FINAL
 _ENDS = {COMPLETED: NodeEvent.COMPLETE, FAILED: NodeEvent.FAIL, CANCELLED: NodeEvent.CANCEL}
 KEEP_DONE = 1000  # finished graphs remembered in memory (the journal keeps them all)
 KEEP_DONE_NODES = 50_000  # and their node states, at most (bounded by nodes, not graphs)
+# ... and their completed nodes' results, as many bytes as this holds (the oldest graphs'
+# are let go first; with a journal, a client sending such a graph again has them read back)
+KEEP_DONE_RESULT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -113,6 +117,8 @@ class GraphBook:
         # Finished graphs: each one's graph.result summary and its ``node_states``.
         self.done: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._done_nodes = 0
+        self._done_results: OrderedDict[str, int] = OrderedDict()  # gid -> its results' bytes
+        self._done_result_bytes = 0
         # What a client hears about its graph, sent after the turn's task results.
         self.notify: Callable[[bytes, p.Message], None] = notify or (lambda i, m: None)
         self.changed: dict[str, Graph] = {}
@@ -358,15 +364,32 @@ class GraphBook:
 
     def remember(self, gid: str, status: dict[str, Any]) -> None:
         """Keep a finished graph's status (with its ``node_states``) for graph.status,
-        the newest first, as many as KEEP_DONE graphs and KEEP_DONE_NODES nodes hold."""
+        the newest first, as many as KEEP_DONE graphs and KEEP_DONE_NODES nodes hold; its
+        ``results`` while KEEP_DONE_RESULT_BYTES holds them."""
+        self._forget(gid)
+        self.done[gid] = status
+        self._done_nodes += len(status.get("node_states") or ())
+        if status.get("results"):
+            size = size_of(status["results"])
+            self._done_results[gid] = size
+            self._done_result_bytes += size
+        while len(self.done) > 1 and (len(self.done) > KEEP_DONE
+                                      or self._done_nodes > KEEP_DONE_NODES):
+            self._forget(next(iter(self.done)))
+        while self._done_result_bytes > KEEP_DONE_RESULT_BYTES:
+            old, size = self._done_results.popitem(last=False)
+            self._done_result_bytes -= size
+            self.done[old].pop("results", None)
+
+    def _forget(self, gid: str) -> None:
         old = self.done.pop(gid, None)
         if old is not None:
             self._done_nodes -= len(old.get("node_states") or ())
-        self.done[gid] = status
-        self._done_nodes += len(status.get("node_states") or ())
-        while len(self.done) > 1 and (len(self.done) > KEEP_DONE
-                                      or self._done_nodes > KEEP_DONE_NODES):
-            self._done_nodes -= len(self.done.popitem(last=False)[1].get("node_states") or ())
+            self._done_result_bytes -= self._done_results.pop(gid, 0)
+
+    def has_results(self, gid: str) -> bool:
+        """Whether a finished graph's node results are in memory (``ended_nodes``)."""
+        return "results" in self.done.get(gid, ())
 
     def result_of(self, gid: str) -> dict[str, Any]:
         """A finished graph's ``graph.result`` body (its summary, without node states)."""

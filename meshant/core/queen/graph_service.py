@@ -31,25 +31,26 @@ class GraphService:
         self.index = index
         self.reads = reads
 
-    def _graph_read(self, gid: str) -> ReadKey | None:
+    def _graph_read(self, gid: str, results: bool = False) -> ReadKey | None:
         """The read that finds graph ``gid`` in the journal (None: memory has it, or the
-        journal surely has not)."""
+        journal surely has not). ``results``: an ended graph's node results are wanted
+        too (memory may have let them go)."""
         book = self.book
-        if (gid in book.graphs or gid in book.done or self.index is None
-                or not self.index.maybe("g", gid)):
+        if (gid in book.graphs or (gid in book.done and (not results or book.has_results(gid)))
+                or self.index is None or not self.index.maybe("g", gid)):
             return None
         return ("graph", gid)
 
     def needs_graph(self, req: Request) -> list[ReadKey]:
         """A graph submitted (its id may be one that ended before a restart) or asked
         about: the journal's row of it, if memory lacks it."""
-        read = self._graph_read(req.msg.id if req.msg.kind == "graph.submit"
-                                else req.msg.b["graph"])
+        submit = req.msg.kind == "graph.submit"
+        read = self._graph_read(req.msg.id if submit else req.msg.b["graph"], results=submit)
         return [read] if read is not None else []
 
-    def _ended(self, req: Request, gid: str) -> dict[str, Any] | None:
+    def _ended(self, req: Request, gid: str, results: bool = False) -> dict[str, Any] | None:
         """A graph that ended (in memory, else from the journal)."""
-        read = self._graph_read(gid)
+        read = self._graph_read(gid, results)
         if read is None:
             return self.book.done.get(gid)
         summary: dict[str, Any] | None = self.reads.value(req, *read)
@@ -60,8 +61,8 @@ class GraphService:
         book = self.book
         gid = msg.id
         known = book.graphs.get(gid)
-        if known is None and gid not in book.done:
-            old = self._ended(req, gid)  # ended before a restart
+        if known is None and not book.has_results(gid):
+            old = self._ended(req, gid, results=True)  # ended before a restart
             if old is not None:
                 book.remember(gid, old)
         if known is not None or gid in book.done:

@@ -36,6 +36,7 @@ class ScheduleService:
         self.scheduler = scheduler
         self.tasks = tasks
         self.book = book
+        book.on_block = self._watch
         state.counters.declare("schedules", "schedule_fired", "schedule_refused")
 
     # -- the clock ------------------------------------------------------------------------
@@ -46,8 +47,12 @@ class ScheduleService:
         if not book.schedules:
             return
         wall = self.state.wall(now)
-        if book.queued or book.soonest() <= wall:
+        if book.ready or book.soonest() <= wall:
             book.tick(wall, lambda s, t, key: self._fire(s, t, key, now), self._live)
+
+    def _watch(self, task_id: str) -> None:
+        """A queued tick waits for ``task_id``'s end: tell the book when it ends."""
+        self.scheduler.final_hooks[task_id] = lambda task: self.book.task_ended(task.id)
 
     def _live(self, task_id: str) -> bool:
         task = self.scheduler.tasks.get(task_id)
@@ -67,6 +72,8 @@ class ScheduleService:
                                     s.options, key, owner, now)
         if isinstance(task, str):
             st.counters["schedule_refused"] += 1
+            s.refused += 1
+            s.last_refusal = f"{model.stamp(tick)}: {task}"
             return None
         st.counters["schedule_fired"] += 1
         first = task.history[0]  # (its submission: say which tick's)
@@ -117,8 +124,10 @@ class ScheduleService:
             task = self.book.trigger(s, wall, lambda s, t, key: self._fire(s, t, key,
                                                                           req.now), self._live)
             if task is None:
-                st.refuse(req, Code.QUEUE_FULL, f"schedule {s.name}'s task could not be "
-                          "submitted (the queue is full, or a limit's key is missing)")
+                why = (s.last_refusal or "").partition(": ")[2]
+                st.refuse(req, Code.QUEUE_FULL if why.startswith("queue full")
+                          else Code.BAD_VALUE, f"schedule {s.name}'s task could not be "
+                          f"submitted: {why}")
                 return
             out["task"] = task
         out["schedule"] = s.view()

@@ -43,26 +43,55 @@ class ScheduleBook:
         # Names whose schedule changed since the journal last looked (None: removed).
         self.changed: dict[str, Schedule | None] = {}
         self.track_changes = False
-        # Schedules with ticks queued behind a running firing (overlap 'queue').
-        self._waiting: set[str] = set()
+        # Overlap 'queue': the schedules whose queued ticks wait for a task's end, by
+        # that task (``task_ended`` moves them on), and those that may fire one now.
+        self._blocked: dict[str, str] = {}
+        self._ready: set[str] = set()
+        # Called with a task's id when a queued tick waits for its end: the caller
+        # must call ``task_ended`` when it ends (the scheduler's final hook).
+        self.on_block: Callable[[str], None] = lambda task_id: None
         self.fired = 0
 
     def __len__(self) -> int:
         return len(self.schedules)
 
     @property
-    def queued(self) -> bool:
-        """Whether some schedule has ticks queued behind a running firing."""
-        return bool(self._waiting)
+    def ready(self) -> bool:
+        """Whether some schedule's queued tick may fire now (its blocker ended)."""
+        return bool(self._ready)
+
+    def task_ended(self, task_id: str) -> None:
+        """A task a queued tick waited for ended: that schedule's next queued tick fires
+        at the next ``tick``."""
+        name = self._blocked.pop(task_id, None)
+        if name is not None:
+            self._ready.add(name)
+
+    def _wait(self, s: Schedule, live: Live) -> None:
+        """``s`` has queued ticks: wait for its last firing's task to end, or fire the
+        next at once if it has."""
+        task = s.last_task
+        if task is not None and live(task):
+            if self._blocked.get(task) != s.name:
+                self._blocked[task] = s.name
+                self.on_block(task)
+        else:
+            self._ready.add(s.name)
 
     def _changed(self, s: Schedule) -> None:
         if self.track_changes:
             self.changed[s.name] = s
 
     def _plan(self, s: Schedule) -> None:
-        """(Re)enter ``s`` in the heap at its next tick; a stale entry is skipped later."""
+        """(Re)enter ``s`` in the heap at its next tick; a stale entry is skipped later,
+        and the heap is rebuilt when stale ones are more than half of it (pause and
+        resume over and over between two ticks leave one each)."""
         if not s.paused and not math.isinf(s.next):
             heapq.heappush(self._heap, (s.next, s.name))
+            if len(self._heap) > 2 * len(self.schedules) + 64:
+                self._heap = [(x.next, x.name) for x in self.schedules.values()
+                              if not x.paused and not math.isinf(x.next)]
+                heapq.heapify(self._heap)
 
     def restore(self, rows: list[dict[str, Any]]) -> None:
         """The schedules a queen finds in its journal (starting, or taking over)."""
@@ -71,7 +100,7 @@ class ScheduleBook:
             self.schedules[s.name] = s
             self._plan(s)
             if s.queued:
-                self._waiting.add(s.name)
+                self._ready.add(s.name)  # (``tick`` finds whether its last task runs)
 
     def add(self, s: Schedule) -> None:
         """A new schedule (its name is free: the caller checked)."""
@@ -82,7 +111,7 @@ class ScheduleBook:
     def remove(self, name: str) -> Schedule | None:
         s = self.schedules.pop(name, None)
         if s is not None:
-            self._waiting.discard(name)
+            self._ready.discard(name)
             if self.track_changes:
                 self.changed[name] = None
         return s
@@ -100,6 +129,8 @@ class ScheduleBook:
         s.cursor = max(s.cursor, wall)
         s.next = next_tick(s.cron, s.tz, s.cursor)
         self._plan(s)
+        if s.queued:
+            self._ready.add(s.name)
         self._changed(s)
 
     def soonest(self) -> float:
@@ -116,19 +147,17 @@ class ScheduleBook:
     def tick(self, wall: float, fire: Fire, live: Live) -> None:
         """Fire what is due at wall time ``wall``: every schedule's ticks by its
         policies, and ticks queued behind a firing that has ended since."""
-        if self._waiting:
-            for name in list(self._waiting):
+        if self._ready:
+            ready, self._ready = self._ready, set()
+            for name in ready:
                 s = self.schedules.get(name)
-                if s is None or not s.queued:
-                    self._waiting.discard(name)
-                    continue
-                if s.paused:
-                    continue  # (its queue waits for its resume: a paused schedule fires nothing)
+                if s is None or not s.queued or s.paused:
+                    continue  # (a paused one's queue waits for its resume)
                 if s.last_task is None or not live(s.last_task):
                     self._fire(s, s.queued.pop(0), fire)
-                    if not s.queued:
-                        self._waiting.discard(name)
                     self._changed(s)
+                if s.queued:
+                    self._wait(s, live)
         heap = self._heap
         while heap and heap[0][0] <= wall:
             when, name = heapq.heappop(heap)
@@ -155,15 +184,15 @@ class ScheduleBook:
                 s.skipped += 1
             else:
                 s.queued.append(tick)
-                self._waiting.add(s.name)
+                if len(s.queued) == 1:
+                    self._wait(s, live)
             return
         self._fire(s, tick, fire)
 
     def _fire(self, s: Schedule, tick: float, fire: Fire) -> None:
         task = fire(s, tick, tick_key(s.name, tick))
         if task is None:
-            s.skipped += 1  # (the queue is full, or a limit's key is missing)
-            return
+            return  # (refused: the caller counts it in ``refused``, with the reason)
         s.last_task, s.last_tick = task, tick
         s.fired += 1
         self.fired += 1
@@ -177,7 +206,7 @@ class ScheduleBook:
             s.last_task, s.last_tick = task, wall
             s.fired += 1
             self.fired += 1
-            self._changed(s)
+        self._changed(s)  # (a refusal is counted in it too)
         return task
 
     def running(self, s: Schedule, live: Live) -> str | None:

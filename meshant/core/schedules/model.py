@@ -39,7 +39,8 @@ CATCH_UP = ("none", "latest", "all")
 GRACE = 10.0  # seconds: a tick later than this when the queen looks is missed
 MAX_CATCH_UP = 100  # missed ticks 'all' fires at most, at one look
 MAX_QUEUED = 100  # ticks 'queue' holds at most behind a running one
-MAX_LOOK = 10_000  # ticks enumerated at one look at most (a per-second cron, a day down)
+MAX_LOOK = 10_000  # late ticks (within the grace) fired at one look at most
+COUNT_WALK = 16  # missed ticks walked to count them (past these, counted from their spacing)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 KEY_PREFIX = "schedule:"
 # The task options a schedule may give its firings (a submission's, at, after and key
@@ -73,6 +74,8 @@ class Schedule:
     queued: list[float] = field(default_factory=list)  # ticks behind the running one
     fired: int = 0
     skipped: int = 0
+    refused: int = 0  # firings the queen could not submit (its queue full, ...)
+    last_refusal: str | None = None  # why the newest one was refused, and for which tick
     next: float = math.inf
 
     def row(self) -> dict[str, Any]:
@@ -82,7 +85,8 @@ class Schedule:
                 "catch_up": self.catch_up, "options": self.options, "paused": self.paused,
                 "cursor": self.cursor, "created": self.created, "by": self.by,
                 "last_task": self.last_task, "last_tick": self.last_tick,
-                "queued": list(self.queued), "fired": self.fired, "skipped": self.skipped}
+                "queued": list(self.queued), "fired": self.fired, "skipped": self.skipped,
+                "refused": self.refused, "last_refusal": self.last_refusal}
 
     @classmethod
     def from_row(cls, r: dict[str, Any]) -> Schedule:
@@ -93,7 +97,8 @@ class Schedule:
                 cursor=float(r.get("cursor", 0.0)), created=float(r.get("created", 0.0)),
                 by=r.get("by", ""), last_task=r.get("last_task"),
                 last_tick=r.get("last_tick"), queued=list(r.get("queued") or []),
-                fired=int(r.get("fired", 0)), skipped=int(r.get("skipped", 0)))
+                fired=int(r.get("fired", 0)), skipped=int(r.get("skipped", 0)),
+                refused=int(r.get("refused", 0)), last_refusal=r.get("last_refusal"))
         s.next = math.inf if s.paused else next_tick(s.cron, s.tz, s.cursor)
         return s
 
@@ -106,6 +111,7 @@ class Schedule:
                 "next": None if self.paused or math.isinf(self.next) else self.next,
                 "last_tick": self.last_tick, "last_task": self.last_task,
                 "queued": len(self.queued), "fired": self.fired, "skipped": self.skipped,
+                "refused": self.refused, "last_refusal": self.last_refusal,
                 "created": self.created, "by": self.by}
 
 
@@ -204,34 +210,60 @@ def new(b: dict[str, Any], wall: float, by: str) -> Schedule:
     return s
 
 
+def _span(cron: str, tz: str, after: float, upto: float,
+          limit: int) -> tuple[list[float], int]:
+    """The ticks of ``cron`` strictly after ``after`` and at or before ``upto``, oldest
+    first, at most ``limit`` of them (one parse, one walk), and how many there are: past
+    ``limit`` the rest are counted from the walked ticks' mean spacing, not walked — a
+    day of a per-second cron costs what ``limit`` ticks do."""
+    ticks: list[float] = []
+    for when in CronSim(cron, datetime.fromtimestamp(after, zone(tz))):
+        t = when.timestamp()
+        if t > upto:
+            break
+        if len(ticks) == limit:
+            gap = (t - ticks[0]) / len(ticks)
+            return ticks, len(ticks) + 1 + int((upto - t) / gap)
+        ticks.append(t)
+    return ticks, len(ticks)
+
+
 def due(s: Schedule, wall: float, grace: float = GRACE) -> tuple[list[float], int, float]:
     """The ticks of ``s`` to fire at wall time ``wall`` by its catch-up policy, how many
     it skips as missed, and its new cursor. Ticks after the cursor, up to ``wall``: those
-    within ``grace`` of ``wall`` fire; older ones follow ``catch_up``."""
-    ticks: list[float] = []
-    t = s.next
-    while t <= wall and len(ticks) < MAX_LOOK:
-        ticks.append(t)
-        t = next_tick(s.cron, s.tz, t)
-    if t <= wall:  # more than MAX_LOOK: jump to the newest (those between are missed)
-        newest = latest_tick(s.cron, s.tz, wall)
-        if newest is not None and newest > ticks[-1]:
-            ticks.append(newest)
-    if not ticks:
+    within ``grace`` of ``wall`` fire; older ones (missed) follow ``catch_up``.
+
+    What it costs is bounded whatever the gap: the missed ticks are walked only as far
+    as ``all`` fires them (``MAX_CATCH_UP``; ``COUNT_WALK`` for the others, to count
+    them), the newest missed one is found directly (``latest_tick``), and a count past
+    the walk is an estimate from the ticks' spacing."""
+    if s.next > wall:
         return [], 0, s.cursor
-    cursor = ticks[-1]
-    missed = [x for x in ticks if wall - x > grace]
-    late = ticks[len(missed):]
-    if not missed:
-        return late, 0, cursor
+    edge = wall - grace
+    if s.next >= edge:  # late, none missed
+        late, n = _span(s.cron, s.tz, s.cursor, wall, MAX_LOOK)
+        return late, n - len(late), _newest(s, wall, late, n)
+    # (Ticks are whole seconds: the newest one more than ``grace`` ago.)
+    last_missed = latest_tick(s.cron, s.tz, math.ceil(edge) - 1)
+    assert last_missed is not None  # (s.next is one)
+    missed, n_missed = _span(s.cron, s.tz, s.cursor, last_missed,
+                             MAX_CATCH_UP if s.catch_up == "all" else COUNT_WALK)
+    late, n_late = _span(s.cron, s.tz, last_missed, wall, MAX_LOOK)
+    cursor = _newest(s, wall, late, n_late) if late else last_missed
+    over = n_late - len(late)  # (late ticks past MAX_LOOK: skipped)
     if s.catch_up == "all":
-        fire = missed[:MAX_CATCH_UP]
-        return fire + late, len(missed) - len(fire), cursor
-    if s.catch_up == "latest":
-        if late:
-            return late, len(missed), cursor
-        return missed[-1:], len(missed) - 1, cursor
-    return late, len(missed), cursor
+        return missed + late, n_missed - len(missed) + over, cursor
+    if s.catch_up == "latest" and not late:
+        return [last_missed], n_missed - 1, cursor
+    return late, n_missed + over, cursor
+
+
+def _newest(s: Schedule, wall: float, walked: list[float], n: int) -> float:
+    """The cursor after ``n`` ticks up to ``wall`` of which ``walked`` were walked."""
+    if n == len(walked):
+        return walked[-1]
+    newest = latest_tick(s.cron, s.tz, wall)
+    return newest if newest is not None else walked[-1]
 
 
 __all__ = ["CATCH_UP", "GRACE", "KEY_PREFIX", "MAX_CATCH_UP", "MAX_QUEUED", "OPTIONS",

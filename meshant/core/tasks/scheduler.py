@@ -184,6 +184,9 @@ class Scheduler:
         self.to_wall = 0.0
         # Graphs (meshant.core.graphs.book): told when a graph node's task ends.
         self.on_graph_final: Callable[[Task], None] | None = None
+        # One-shot hooks on given tasks' ends, by task id (a schedule's queued tick
+        # waiting for its last firing's task: core/schedules/book.py).
+        self.final_hooks: dict[str, Callable[[Task], None]] = {}
         # Called as a task suspends (the conversations' hook: a durable ask answered
         # before its run ended wakes it at once).
         self.on_suspend: Callable[[Task, float], None] | None = None
@@ -317,6 +320,10 @@ class Scheduler:
                 del self.by_key[old.key]
         if self.on_graph_final is not None and is_graph_node(task.id):  # graph hook
             self.on_graph_final(task)
+        if self.final_hooks:
+            hook = self.final_hooks.pop(task.id, None)
+            if hook is not None:
+                hook(task)
         if task.children and state != COMPLETED:
             # Its handler's sub-tasks have nobody to wait for them now.
             for cid in task.children:
