@@ -9,10 +9,8 @@ by the term, as a PostgreSQL journal fences it.
 
 from __future__ import annotations
 
-import calendar
 import random
 import sqlite3
-import time
 from collections import deque
 from collections.abc import Callable, Container, Iterable
 from typing import Any
@@ -27,6 +25,7 @@ from meshant.core.queen.carry import carry_out
 from meshant.core.queen.outbox import Action, Commit, Publish, Read, Send
 from meshant.core.queen.reads import PER_PEER
 from meshant.core.queen.router import QueenConfig, QueenCore
+from meshant.core.schedules import model as schedule_model
 from meshant.core.tasks.limits import Rule, parse_rules
 from meshant.core.tasks.model import QUEUED, SUSPENDED, Task, graph_node_of, is_graph_node
 from meshant.core.tasks.rates import RateRule
@@ -540,20 +539,18 @@ class SimQueen:
         past that tick in the journal by then: the two are durable together, so a queen
         that takes over never fires a tick whose task exists (the tick's key is only the
         second line of defence)."""
-        ticks = [t.key for a in action.actions if isinstance(a, outbox.Record)
-                 for t in a.tasks if t.key is not None and t.key.startswith("schedule:")
-                 and ":manual:" not in t.key and t.client_name.startswith("schedule:")]
+        ticks = [named for a in action.actions if isinstance(a, outbox.Record)
+                 for t in a.tasks if t.key is not None and t.client_name.startswith("schedule:")
+                 and (named := schedule_model.tick_of(t.key)) is not None]
         if not ticks or self.journal is None:
             return
         cursors = {r["name"]: r["cursor"] for r in schedule_rows(self.journal)}
-        for key in ticks:
-            _, name, stamp = key.split(":", 2)
-            tick = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+        for name, tick in ticks:
             cursor = cursors.get(name)
             if cursor is not None and cursor < tick - self.ledger.delay_slack:
                 self.ledger.fail("schedule-cursor", f"{self.life} journaled schedule {name}'s "
-                                 f"task for its tick {stamp} with the cursor at {cursor:.0f}, "
-                                 "before that tick")
+                                 f"task for its tick {schedule_model.stamp(tick)} with the "
+                                 f"cursor at {cursor:.0f}, before that tick")
 
     def _read(self, read: Read, life: int) -> None:
         journal = self.journal

@@ -14,7 +14,6 @@ run shrunk to fewer faults keeps its workload, its network and its weather.
 
 from __future__ import annotations
 
-import calendar
 import functools
 import itertools
 import random
@@ -653,15 +652,18 @@ class Colony:
             "SELECT idem_key, created, (SELECT max(ts) FROM events WHERE task_id = id AND "
             "state IN ('completed', 'failed', 'cancelled')) FROM tasks WHERE idem_key LIKE "
             "'schedule:%' AND idem_key NOT LIKE '%:manual:%' ORDER BY created").fetchall()
-        by_tick: dict[tuple[str, str], int] = {}
+        by_tick: dict[tuple[str, float], int] = {}
         fired: dict[str, list[tuple[float, float, float | None]]] = {}
         for key, created, ended in rows:
-            _, name, tick = key.split(":", 2)
-            by_tick[(name, tick)] = by_tick.get((name, tick), 0) + 1
-            if by_tick[(name, tick)] > 1:
+            named = schedule_model.tick_of(key)
+            if named is None:
+                continue
+            name, at = named
+            tick = schedule_model.stamp(at)
+            by_tick[named] = by_tick.get(named, 0) + 1
+            if by_tick[named] > 1:
                 led.fail("schedule-once", f"schedule {name}'s tick {tick} made "
-                         f"{by_tick[(name, tick)]} tasks")
-            at = float(calendar.timegm(time.strptime(tick, "%Y-%m-%dT%H:%M:%SZ")))
+                         f"{by_tick[named]} tasks")
             if created < at - led.delay_slack:  # (the journal's wall clock drifts)
                 led.fail("schedule-not-early", f"schedule {name}'s tick {tick} made a task "
                          f"at {created:.3f}, {at - created:.3f} s before its time")

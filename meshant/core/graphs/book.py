@@ -97,6 +97,18 @@ class Graph:
         return rec
 
 
+def node_end(gid: str, node: str, state: str, task: str, result: Any,
+             error: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``graph.node`` body of a node that ended: its result if it completed, else
+    its error (if any)."""
+    body: dict[str, Any] = {"graph": gid, "node": node, "state": state, "task": task}
+    if state == COMPLETED:
+        body["result"] = result
+    elif error is not None:
+        body["error"] = error
+    return body
+
+
 def public(status: dict[str, Any]) -> dict[str, Any]:
     """A finished graph's status as ``graph.state`` shows it (its nodes' results, kept
     for ``GraphBook.ended_nodes``, left out)."""
@@ -400,16 +412,8 @@ class GraphBook:
         result or error (for a client that may have missed them)."""
         done = self.done[gid]
         results = done.get("results") or {}
-        out = []
-        for rec in done.get("node_states") or ():
-            body: dict[str, Any] = {"graph": gid, "node": rec["node"], "state": rec["state"],
-                                    "task": rec["id"]}
-            if rec["state"] == COMPLETED:
-                body["result"] = results.get(rec["node"])
-            elif rec.get("error") is not None:
-                body["error"] = rec["error"]
-            out.append(body)
-        return out
+        return [node_end(gid, r["node"], r["state"], r["id"], results.get(r["node"]),
+                         r.get("error")) for r in done.get("node_states") or ()]
 
     def node_states(self, g: Graph) -> list[dict[str, Any]]:
         """Every node's state, attempt and error (its traceback left to the node's task:
@@ -578,4 +582,4 @@ class GraphBook:
                     self._start(g, n, now)
 
 
-__all__ = ["GNode", "Graph", "GraphBook", "GraphError", "public"]
+__all__ = ["GNode", "Graph", "GraphBook", "GraphError", "node_end", "public"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshant import protocol as p
-from meshant.core.graphs.book import Graph, GraphBook, public
+from meshant.core.graphs.book import Graph, GraphBook, node_end, public
 from meshant.core.graphs.model import GraphError
 from meshant.core.journal.archive import ArchiveIndex
 from meshant.core.queen.reads import ReadKey, Reads
@@ -117,13 +117,8 @@ class GraphService:
                                 ref=msg.id))
         for n in g.nodes.values():
             if n.state in ("completed", "failed", "cancelled"):
-                body: dict[str, Any] = {"graph": g.id, "node": n.name, "state": n.state,
-                                        "task": graph_node_id(g.id, n.name)}
-                if n.state == "completed":
-                    body["result"] = n.result
-                elif n.error is not None:
-                    body["error"] = n.error
-                st.send(node, p.Message("graph.node", body))
+                st.send(node, p.Message("graph.node", node_end(
+                    g.id, n.name, n.state, graph_node_id(g.id, n.name), n.result, n.error)))
 
     def status(self, req: Request) -> None:
         gid = req.msg.b["graph"]

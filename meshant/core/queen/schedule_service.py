@@ -37,6 +37,7 @@ class ScheduleService:
         self.tasks = tasks
         self.book = book
         book.on_block = self._watch
+        self._refused: str | None = None  # why the last firing was refused (trigger's answer)
         state.counters.declare("schedules", "schedule_fired", "schedule_refused")
 
     # -- the clock ------------------------------------------------------------------------
@@ -74,6 +75,7 @@ class ScheduleService:
             st.counters["schedule_refused"] += 1
             s.refused += 1
             s.last_refusal = f"{model.stamp(tick)}: {task}"
+            self._refused = task
             return None
         st.counters["schedule_fired"] += 1
         first = task.history[0]  # (its submission: say which tick's)
@@ -124,7 +126,7 @@ class ScheduleService:
             task = self.book.trigger(s, wall, lambda s, t, key: self._fire(s, t, key,
                                                                           req.now), self._live)
             if task is None:
-                why = (s.last_refusal or "").partition(": ")[2]
+                why = self._refused or ""
                 st.refuse(req, Code.QUEUE_FULL if why.startswith("queue full")
                           else Code.BAD_VALUE, f"schedule {s.name}'s task could not be "
                           f"submitted: {why}")

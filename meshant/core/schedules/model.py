@@ -120,6 +120,20 @@ def tick_key(name: str, tick: float) -> str:
     return f"{KEY_PREFIX}{name}:{stamp(tick)}"
 
 
+def tick_of(key: str) -> tuple[str, float] | None:
+    """The schedule and tick a firing's key names (``tick_key``), or None: not a tick's
+    key (a trigger's ``schedule:NAME:manual:...``, any other key)."""
+    if not key.startswith(KEY_PREFIX) or ":manual:" in key:
+        return None
+    # (The stamp is 20 characters with colons in it; a name may hold colons too.)
+    name, text = key[len(KEY_PREFIX):-21], key[-20:]
+    try:
+        when = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return name, when.timestamp()
+
+
 def stamp(wall: float) -> str:
     """A wall time as the keys and messages write it (UTC, to the second)."""
     return f"{datetime.fromtimestamp(wall, UTC):%Y-%m-%dT%H:%M:%SZ}"
@@ -268,4 +282,4 @@ def _newest(s: Schedule, wall: float, walked: list[float], n: int) -> float:
 
 __all__ = ["CATCH_UP", "GRACE", "KEY_PREFIX", "MAX_CATCH_UP", "MAX_QUEUED", "OPTIONS",
            "OVERLAP", "Schedule", "cron_problem", "due", "latest_tick", "new", "next_tick",
-           "spec_problem", "stamp", "tick_key"]
+           "spec_problem", "stamp", "tick_key", "tick_of"]
