@@ -23,12 +23,7 @@ from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     ADDED,
     COLS,
-    EVENT,
-    INSERT,
-    MEM_DEL,
-    MEM_SET,
     SELECT,
-    UPDATE,
     Batch,
     TaskLog,
     memory_batch,
@@ -393,17 +388,7 @@ class Journal(JournalReader):
         # checkpoint thread, a few milliseconds), never a stale snapshot to upgrade.
         db.execute("BEGIN IMMEDIATE")
         try:
-            if batch.inserts:
-                db.executemany(INSERT, batch.inserts)
-            if batch.updates:
-                db.executemany(UPDATE, batch.updates)
-            if batch.events:
-                db.executemany(EVENT, batch.events)
-            if batch.mem_set:
-                db.executemany(MEM_SET, batch.mem_set)
-            if batch.mem_del:
-                db.executemany(MEM_DEL, batch.mem_del)
-            for sql, rows in batch.extra:
+            for sql, rows in batch.statements():
                 db.executemany(sql, rows)
             db.execute("COMMIT")
         except BaseException:

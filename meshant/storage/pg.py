@@ -23,12 +23,7 @@ from meshant.storage import conversation, graphs, schedules
 from meshant.storage.reading import JournalReader
 from meshant.storage.records import (
     ADDED,
-    EVENT,
-    INSERT,
-    MEM_DEL,
-    MEM_SET,
     SELECT,
-    UPDATE,
     Batch,
     TaskLog,
     memory_batch,
@@ -327,11 +322,8 @@ class PgJournal(JournalReader):
             with db.pipeline(), db.transaction(), db.cursor() as cur:
                 if self.term is not None:
                     cur.execute("SELECT fence(%s)", (self.term,))
-                for sql, rows in ((INSERT, batch.inserts), (UPDATE, batch.updates),
-                                  (EVENT, batch.events), (MEM_SET, batch.mem_set),
-                                  (MEM_DEL, batch.mem_del), *batch.extra):
-                    if rows:
-                        cur.executemany(self._q(sql), rows)
+                for sql, rows in batch.statements():
+                    cur.executemany(self._q(sql), rows)
         except self._psycopg.Error as e:
             if getattr(e, "sqlstate", None) == DEPOSED:
                 raise Deposed(str(e).strip()) from None

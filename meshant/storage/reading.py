@@ -132,8 +132,8 @@ class JournalReader:
     def _noted(self, batch: Batch) -> Batch:
         """``batch``, its new task ids added to the id filter (if one was built)."""
         if self._ids is not None:
-            for row in batch.inserts:
-                self._ids.add(row[0])
+            for task_id in batch.new_ids():
+                self._ids.add(task_id)
         return batch
 
     def _events(self, task_id: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-HASHES = 7
+HASHES = 3  # probes an id (unrolled below: add and __contains__ are on every submission)
 _LOW = 0xFFFFFFFF
 
 
@@ -24,7 +24,10 @@ class IdFilter:
 
     def __init__(self, capacity: int = 200_000, error: float = 0.01) -> None:
         self.capacity = max(1024, capacity)
-        self.bits = max(8 * 1024, int(-self.capacity * math.log(error) / (math.log(2) ** 2)))
+        # Bits for that error with HASHES probes (about 12.5 an id at 1 %: 30 % more
+        # than the optimal 7 probes' 9.6, for a probe each the submission path pays less).
+        self.bits = max(8 * 1024, int(-self.capacity * HASHES
+                                      / math.log(1 - error ** (1 / HASHES))))
         self._set = bytearray((self.bits + 7) // 8)
         self.count = 0
 
@@ -35,9 +38,12 @@ class IdFilter:
         h = hash(key)
         h1, h2 = h & _LOW, ((h >> 32) & _LOW) | 1
         bits, s = self.bits, self._set
-        for i in range(HASHES):
-            pos = (h1 + i * h2) % bits
-            s[pos >> 3] |= 1 << (pos & 7)
+        pos = h1 % bits
+        s[pos >> 3] |= 1 << (pos & 7)
+        pos = (h1 + h2) % bits
+        s[pos >> 3] |= 1 << (pos & 7)
+        pos = (h1 + 2 * h2) % bits
+        s[pos >> 3] |= 1 << (pos & 7)
         self.count += 1
 
     def update(self, keys: Iterable[str]) -> None:
@@ -49,11 +55,14 @@ class IdFilter:
         h = hash(key)
         h1, h2 = h & _LOW, ((h >> 32) & _LOW) | 1
         bits, s = self.bits, self._set
-        for i in range(HASHES):
-            pos = (h1 + i * h2) % bits
-            if not s[pos >> 3] & (1 << (pos & 7)):
-                return False
-        return True
+        pos = h1 % bits
+        if not s[pos >> 3] & (1 << (pos & 7)):
+            return False
+        pos = (h1 + h2) % bits
+        if not s[pos >> 3] & (1 << (pos & 7)):
+            return False
+        pos = (h1 + 2 * h2) % bits
+        return bool(s[pos >> 3] & (1 << (pos & 7)))
 
     @property
     def full(self) -> bool:

@@ -279,12 +279,7 @@ class Scheduler:
                 self.queues.left(task)
         elif task.state == DELAYED:
             self.delayed -= 1
-            self.timers.unset(task, "delay")
-        timers = self.timers
-        timers.unset(task, "deadline")
-        timers.unset(task, "wait")
-        timers.unset(task, "retry")
-        timers.unset(task, "wake")
+        self.timers.unset_all(task)
         if self.limits.active:
             self._ready(self.limits.release(task))
         if self.rates.active:
@@ -1052,7 +1047,8 @@ class Scheduler:
 
     def _assign(self, task: Task, node: Node, now: float) -> None:
         self.breakers.started(node.name, task.capability)
-        self.timers.unset(task, "wait")  # it left the queue: no longer waiting for a forager
+        if task.waiting:
+            self.timers.unset(task, "wait")  # it left the queue: no longer waiting for one
         task.attempt += 1
         att = Attempt(f"{task.id}.{task.attempt}", task, node, task.attempt,
                       now + self.assign_timeout)

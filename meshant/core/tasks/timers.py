@@ -55,6 +55,29 @@ class TaskTimers:
             self._live -= 1
             self.compact()
 
+    def unset_all(self, task: Task) -> None:
+        """Forget every pending timer of ``task`` (it is final): one look at each field
+        (a task's end, on every task's path, most of them 0)."""
+        n = 0
+        if task.deadline_timer:
+            task.deadline_timer = 0
+            n += 1
+        if task.waiting:
+            task.waiting = 0
+            n += 1
+        if task.retry_timer:
+            task.retry_timer = 0
+            n += 1
+        if task.wake_timer:
+            task.wake_timer = 0
+            n += 1
+        if task.delay_timer:
+            task.delay_timer = 0
+            n += 1
+        if n:
+            self._live -= n
+            self.compact()
+
     def due(self, now: float) -> Iterator[tuple[Task, str]]:
         """The live timers whose time has come, each once, oldest first (each is unset
         before it is yielded)."""
