@@ -57,7 +57,7 @@ def test_ticks_follow_cron_in_a_time_zone_daylight_saving_included() -> None:
 
 def test_what_a_schedule_may_say() -> None:
     good = {"name": "nightly", "cron": "0 3 * * *", "capability": "report"}
-    assert model.spec_problem(good) is None
+    assert model.spec_problem(good, 1.8e9) is None
     for change, says in (({"cron": "61 * * * *"}, "not a cron expression (Bad minute)"),
                          ({"cron": "* * *"}, "Wrong number of fields"),
                          ({"cron": 5}, "5 fields"),
@@ -72,7 +72,7 @@ def test_what_a_schedule_may_say() -> None:
                          ({"options": {"at": 5}}, "'at' is not a task option"),
                          ({"options": {"priority": "high"}}, "option priority must be int"),
                          ({"options": {"priority": True}}, "option priority must be int")):
-        problem = model.spec_problem({**good, **change})
+        problem = model.spec_problem({**good, **change}, 1.8e9)
         assert problem is not None and says in problem, (change, problem)
 
 
@@ -350,6 +350,9 @@ def test_cli_schedules_a_task_kill_the_queen_and_each_tick_runs_once(
             c.schedule("pause", "nope")
     listed = meshant("schedule", "list", "--queen", ep)
     assert listed.returncode == 0 and "every2" in listed.stdout and "next" in listed.stdout
+    shown = meshant("schedule", "show", "--queen", ep, "every2", "--json")
+    line = json.loads(meshant("schedule", "list", "--queen", ep, "--json").stdout)
+    assert set(json.loads(shown.stdout)) == set(line) and line["name"] == "every2"
     assert "schedules: 1 (next: every2 at" in meshant("status", "--queen", ep).stdout
     q.send_signal(signal.SIGKILL)
     q.wait(10)

@@ -97,7 +97,7 @@ def schedule_add(conn: Connection, name: str, cron: str, capability: str,
     (5 fields, minute hour day-of-month month day-of-week; or 6, seconds first:
     '*/15 * * * * *'; quote it).
     Prints the schedule and its next tick."""
-    problem = cron_problem(cron, tz)  # (the queen checks it too: said here at once)
+    problem = cron_problem(cron, tz, time.time())  # (the queen checks it too: said here)
     if problem is not None:
         raise click.BadParameter(problem, param_hint="CRON" if "time zone" not in problem
                                  else "--tz")
@@ -135,7 +135,10 @@ def _op(op: str, doc: str) -> click.Command:
         with conn.client() as client:
             r = client.schedule(op, name)
         if as_json:
-            click.echo(json.dumps(r, default=jsonable))
+            # show, pause, resume print the schedule as add and list do (one shape for
+            # scripts); trigger and remove the queen's answer (the task, what went).
+            out = r["schedule"] if op in ("show", "pause", "resume") else r
+            click.echo(json.dumps(out, default=jsonable))
             return
         if op == "trigger":
             click.echo(r["task"])

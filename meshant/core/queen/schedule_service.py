@@ -137,7 +137,7 @@ class ScheduleService:
 
     def _add(self, req: Request) -> None:
         st, b = self.state, req.msg.b
-        problem = model.spec_problem(b)
+        problem = model.spec_problem(b, st.wall(req.now))
         if problem is None:
             problem = self._task_problem(b)
         if problem is not None:

@@ -161,8 +161,9 @@ def latest_tick(cron: str, tz: str, at: float) -> float | None:
         return None
 
 
-def cron_problem(cron: Any, tz: Any) -> str | None:
-    """Why a cron expression or a time zone is not one, or None."""
+def cron_problem(cron: Any, tz: Any, wall: float) -> str | None:
+    """Why a cron expression or a time zone is not one, or None (``wall``: now, in
+    wall-clock seconds: the core reads no clock)."""
     if not isinstance(tz, str) or not tz:
         return f"a time zone is an IANA name such as UTC or Europe/Paris, not {tz!r}"
     try:
@@ -173,23 +174,23 @@ def cron_problem(cron: Any, tz: Any) -> str | None:
     if not isinstance(cron, str) or not cron.strip():
         return "a cron expression is 5 fields, minute hour day month weekday (*/5 * * * *)"
     try:
-        CronSim(cron, datetime.now(zone(tz)))
+        CronSim(cron, datetime.fromtimestamp(wall, zone(tz)))
     except CronSimError as e:
         return (f"{cron!r} is not a cron expression ({e}): write 5 fields, minute hour "
                 "day-of-month month day-of-week, such as '*/15 * * * *' or '0 9 * * MON-FRI'"
                 " (6 fields: seconds first, '*/15 * * * * *')")
-    if math.isinf(next_tick(cron, tz, datetime.now(UTC).timestamp())):
+    if math.isinf(next_tick(cron, tz, wall)):
         return f"{cron!r} never fires (no such date)"
     return None
 
 
-def spec_problem(b: dict[str, Any]) -> str | None:
-    """Why a ``schedule`` add's body is not a schedule, or None."""
+def spec_problem(b: dict[str, Any], wall: float) -> str | None:
+    """Why a ``schedule`` add's body is not a schedule, or None (``wall``: now)."""
     name = b.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return (f"a schedule's name is 1-100 letters, digits and _ . : - (starting with a "
                 f"letter or digit), not {name!r}")
-    problem = cron_problem(b.get("cron"), b.get("tz", "UTC"))
+    problem = cron_problem(b.get("cron"), b.get("tz", "UTC"), wall)
     if problem is not None:
         return problem
     cap = b.get("capability")
