@@ -392,6 +392,10 @@ class Peer:
         if self._calls:
             self._run_calls()
         now = time.monotonic()
+        # What the messages and calls produced (an inline handler's result, a client's
+        # submission) goes out before the timers run, off a round trip's path; what the
+        # timers produce goes in the second flush.
+        self._flush(now)
         self._timers(now)
         self._flush(now)
 
