@@ -56,25 +56,13 @@ class TaskTimers:
             self.compact()
 
     def unset_all(self, task: Task) -> None:
-        """Forget every pending timer of ``task`` (it is final): one look at each field
-        (a task's end, on every task's path, most of them 0)."""
-        n = 0
-        if task.deadline_timer:
-            task.deadline_timer = 0
-            n += 1
-        if task.waiting:
-            task.waiting = 0
-            n += 1
-        if task.retry_timer:
-            task.retry_timer = 0
-            n += 1
-        if task.wake_timer:
-            task.wake_timer = 0
-            n += 1
-        if task.delay_timer:
-            task.delay_timer = 0
-            n += 1
+        """Forget every pending timer of ``task`` (it is final): one look at each field,
+        no lookup by kind (a task's end, on every task's path; most of them are 0)."""
+        n = (bool(task.deadline_timer) + bool(task.waiting) + bool(task.retry_timer)
+             + bool(task.wake_timer) + bool(task.delay_timer))
         if n:
+            task.deadline_timer = task.waiting = task.retry_timer = 0
+            task.wake_timer = task.delay_timer = 0
             self._live -= n
             self.compact()
 
