@@ -243,6 +243,7 @@ _BY_CODE: dict[str, type[MeshantError]] = {
     for cls in (QueueFull, NoForager, DeadlineExceeded, TaskCancelled, TooLarge, RateLimited,
                 Forbidden, NotLeader, AskTimeout, NonDeterministic)
 }
+_BY_CODE["queen-lost"] = QueenUnreachable  # (a request its queen was lost before answering)
 _BAD_INPUT = frozenset({
     "bad-magic", "truncated", "bad-version", "unknown-kind", "bad-msgpack", "bad-json",
     "bad-type", "missing-field", "too-many-frames", "bad-blob", "bad-flags", "bad-value",

@@ -148,3 +148,27 @@ def test_not_leader_to_a_hello_redirects_soon_and_to_an_active_peer_loses_the_qu
     assert a.on_error("hb-1", "not-leader", "standby now", None, 5.0, None)
     assert kinds(a) == ["Redirect", "Lost", "SayHello"] and a.state is State.HELLO
     assert a.reconnects == 1
+
+
+def test_requests_sent_to_a_lost_queen_are_asked_again_or_failed_at_once() -> None:
+    # A request already sent when the queen was lost: one that changes nothing goes again
+    # to the next queen; any other fails now as queen-lost (it may have been carried out),
+    # instead of waiting for its timeout with nobody left to answer it.
+    from meshant import protocol as p
+    from meshant.core.peers.client_session import ClientSession, RequestFailed
+
+    cs = ClientSession()
+    ask = p.Message("schedule", {"op": "list"}, to="queen")
+    act = p.Message("schedule", {"op": "trigger", "name": "t"}, to="queen")
+    unsent = p.Message("dlq", {"op": "retry", "task": "x"}, to="queen")
+    for m in (ask, act):
+        cs.request(m)
+    assert cs.flush(0.0) == [ask, act]  # (both went to the queen that is then lost)
+    cs.request(unsent)  # (still in the outbox: it goes to the next queen as it is)
+    cs.lost(1.0, "no sign of life")
+    cs.welcomed(first=False)
+    assert [m for m in cs.flush(2.0) if isinstance(m, p.Message)] == [unsent, ask]
+    failed = [a for a in cs.out if isinstance(a, RequestFailed)]
+    assert [(f.ref, f.error["code"]) for f in failed] == [(act.id, "queen-lost")]
+    assert "may have been carried out" in failed[0].error["message"]
+    assert set(cs.requests) == {ask.id, unsent.id}

@@ -124,6 +124,22 @@ def test_mutant_a_client_drops_unsent_submissions_on_reconnect(mutate: Any) -> N
 
 
 @pytest.mark.slow
+def test_mutant_a_client_forgets_requests_sent_to_a_lost_queen(mutate: Any) -> None:
+    # Seen in a failover test: a request sent to the leader just before it died waited
+    # for its timeout (the client re-sent its submissions to the new leader, not its
+    # requests). Now a read-only one is asked again and any other fails as queen-lost.
+    def welcomed(self: Any, first: bool) -> None:
+        self._lost_at = None
+        if not first:
+            kept = [m for m in self.outbox if isinstance(m, p.Message)]
+            self.outbox.clear()
+            self.outbox.extend(pend.frames for pend in self.tasks.values())
+            self.outbox.extend(kept)
+    mutate(client_session.ClientSession, "welcomed", welcomed)
+    _caught(PROFILES["conversations"], 20, "request-answered")
+
+
+@pytest.mark.slow
 def test_mutant_a_deposed_leader_acts_for_one_turn(mutate: Any) -> None:
     real = lease.Roles.step
     swallowed: set[int] = set()

@@ -587,7 +587,7 @@ class Colony:
             return False
         if any(g not in led.graph_outcomes for g in led.graphs):
             return False
-        return all(not c.cs.outbox for c in self.clients if c.alive)
+        return all(not c.cs.outbox and not c.cs.requests for c in self.clients if c.alive)
 
     def _check_end(self) -> None:
         led = self.ledger
@@ -598,6 +598,13 @@ class Colony:
         gone = [g for g in led.graphs if g not in led.graph_outcomes]
         if gone:
             led.fail("one-outcome", f"graph {gone[0]} never ended")
+        for c in self.clients:
+            if c.alive and c.cs.requests:
+                # A request is answered, or failed, never left waiting for an answer
+                # nobody will send (one sent to a queen lost before it answered).
+                msg = next(iter(c.cs.requests.values()))
+                led.fail("request-answered", f"{c.name}'s {msg.kind} request {msg.id} "
+                         f"({msg.b.get('op', '')}) was never answered")
         journal = Journal(":memory:", connection=self.disk)
         problems = journal.verify()
         if problems:

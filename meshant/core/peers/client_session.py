@@ -134,6 +134,23 @@ Action = (Update | Ended | GiveUp | Submitted | Reply | RequestFailed | GraphEve
 _REPLIES = frozenset({"task.state", "status.reply", "tool.reply", "dlq.reply", "task.answered",
                       "task.attached", "inbox.reply", "graph.state", "schedule.reply"})
 _TASK_UPDATES = frozenset({"task.result", "task.progress", "task.ask"})
+# Requests that change nothing (or nothing twice: a cancel, an attach of this connection):
+# one sent to a queen lost before it answered goes again to the next (a failover, a
+# restart). Any other is failed as queen-lost at once: it may have been carried out
+# (a schedule added, a dead letter retried), and only its caller can tell whether to ask
+# again; before, it waited for its timeout with nobody left to answer it.
+_ASK_AGAIN = frozenset({"status.query", "task.status", "tool.query", "graph.status",
+                        "task.attach", "task.cancel"})
+_ASK_AGAIN_OPS = {"dlq": frozenset({"list", "show"}), "schedule": frozenset({"list", "show"}),
+                  "inbox": frozenset({"list"})}
+
+
+def asks_again(msg: p.Message) -> bool:
+    """Whether request ``msg`` may go again to a new queen (see _ASK_AGAIN)."""
+    if msg.kind in _ASK_AGAIN:
+        return True
+    ops = _ASK_AGAIN_OPS.get(msg.kind)
+    return ops is not None and msg.b.get("op") in ops
 
 
 @dataclass(slots=True)
@@ -383,10 +400,24 @@ class ClientSession:
             # holds as the same task (with its result, if it has finished), and runs
             # one it never saw.
             kept = [m for m in self.outbox if isinstance(m, p.Message)]
+            waiting = {m.id for m in kept}
             self.outbox.clear()
             self._retry.clear()
             self.outbox.extend(pend.frames for pend in self.tasks.values())
             self.outbox.extend(pend.frames for pend in self.graphs.values())
+            # Requests sent to the lost queen: asked again, or failed now (_ASK_AGAIN).
+            for msg in list(self.requests.values()):
+                if msg.id in waiting:
+                    continue  # (never sent: it goes with the rest of the outbox)
+                if asks_again(msg):
+                    kept.append(msg)
+                else:
+                    del self.requests[msg.id]
+                    self.out.append(RequestFailed(msg.id, {
+                        "code": Code.QUEEN_LOST,
+                        "message": f"the queen was lost before it answered this {msg.kind} "
+                                   "request: it may have been carried out; check, then ask "
+                                   "again"}))
             self.outbox.extend(kept)
         resend, self._resend = self._resend, []
         self.outbox.extend(resend)
