@@ -71,6 +71,23 @@ class Restartable:
         self.start()
 
 
+def test_the_restore_says_when_the_newest_event_is(backend: str) -> None:
+    # What a taking-over queen's rate limits refill from (core/tasks/rates.py, resume):
+    # the newest event's own time, whichever task it belongs to — not the newest row.
+    j = open_journal(backend)
+    try:
+        assert j.restored().last_event is None  # (nothing journaled yet)
+    finally:
+        j.close()
+    for task, seq, ts in (("a", 1, 1000.5), ("b", 1, 1002.25), ("a", 2, 1001.0)):
+        sql(backend, "INSERT INTO events VALUES (?, ?, ?, 'queued', '', '')", (task, seq, ts))
+    j = open_journal(backend)
+    try:
+        assert j.restored().last_event == 1002.25
+    finally:
+        j.close()
+
+
 @pytest.mark.slow
 def test_corrupt_or_foreign_journal_is_refused_and_left_alone(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"

@@ -90,6 +90,46 @@ def test_a_charge_makes_the_bucket_follow_real_use() -> None:
     _finish(c, "t2")
 
 
+def test_a_queen_taking_over_refills_its_buckets_from_the_journals_newest_event() -> None:
+    # The last queen may have let tasks through until the journal's newest event, 1.5 s
+    # ago: the buckets hold what 1.5 s refilled (3 of 10), not a second burst of 10.
+    c = _rated("llm=2/s,burst=10")
+    c.now = 100.0
+    c.s.rates.resume(c.now - 1.5)
+    c.forager("f", slots=100, tools=("llm",))
+    for i in range(12):
+        c.submit(f"t{i}", "llm")
+    c.step()
+    assert _running(c) == ["t0", "t1", "t2"]
+    c.step(0.5)
+    assert len(_running(c)) == 4  # then the rate, as ever
+    # A bucket first used long after that event starts full: nothing recent to count.
+    c2 = _rated("llm=2/s,burst=10")
+    c2.now = 100.0
+    c2.s.rates.resume(c2.now - 5.0)
+    c2.forager("f", slots=100, tools=("llm",))
+    for i in range(12):
+        c2.submit(f"t{i}", "llm")
+    c2.step()
+    assert len(_running(c2)) == 10
+
+
+def test_the_queen_core_resumes_its_buckets_from_what_the_journal_says() -> None:
+    # (No sockets.) A core built on a journal whose newest event is at wall 1000.0 — 2 s before
+    # its own wall-clock 1002.0 — counts the deferral window too: 1.9 s of refill.
+    from meshant.core.journal.archive import Restored
+    from meshant.core.queen.router import QueenConfig, QueenCore
+
+    cfg = QueenConfig(limits=("llm=10/s,burst=100",), journal_defer=0.1)
+    core = QueenCore(cfg, epoch="e", wall_offset=1000.0, now=2.0,
+                     restored=Restored(last_event=1000.0))
+    rates = core.scheduler.rates
+    assert rates.since == pytest.approx(0.1)
+    assert rates._bucket((0, ""), 2.0).tokens == pytest.approx(19.0)
+    fresh = QueenCore(cfg, epoch="e", wall_offset=1000.0, now=2.0, restored=Restored())
+    assert fresh.scheduler.rates._bucket((0, ""), 2.0).tokens == 100  # an empty journal
+
+
 def test_a_submission_lacking_its_rates_key_or_with_a_bad_cost_is_refused() -> None:
     sim = InMemoryColony(limits=("llm:labels.tenant=5/s",))
     c = sim.client()

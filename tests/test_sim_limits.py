@@ -116,3 +116,14 @@ def test_mutant_a_take_forgets_the_cost(monkeypatch: pytest.MonkeyPatch) -> None
             task.cost = cost
     monkeypatch.setattr(rates.Rates, "take", take)
     _caught(LIMITS, 60, "rate-window")
+
+
+@pytest.mark.slow
+def test_mutant_a_queen_taking_over_starts_its_buckets_full(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rule before rates.resume: a restarted or taking-over queen forgets what the
+    # last one let through just before, and lets a second burst through in the window
+    # that holds the first (a burst of 6 at 2/s outlasts a restart).
+    monkeypatch.setattr(rates.Rates, "resume", lambda self, since: None)
+    _caught(LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 40,
+            "rate-takeover")

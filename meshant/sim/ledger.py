@@ -55,7 +55,7 @@ class Kept:
 # durability "process" may take back the last commits, and these with them. Everything
 # else holds under any fault.
 DURABLE = frozenset({"updates-kept", "attach-order", "attach-gapless", "live-order",
-                     "inbox-once", "same-records", "wake-once"})
+                     "inbox-once", "same-records", "wake-once", "rate-takeover"})
 
 
 class Violation(Exception):
@@ -94,6 +94,10 @@ class Ledger:
         # How far two processes' wall clocks may disagree: a sleep's end is stamped on one
         # queen's clock and, after a failover, kept on another's.
         self.skew_slack = 0.0
+        # What went through each rate limit's bucket, on every queen in turn: (limit,
+        # key) -> [(virtual time, cost, queen life)] (invariant rate-takeover).
+        self.rate_log: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+        self.drift = 0.0  # how fast a process's clock may run: 1 + this, at most
         # Told of each outcome as it reaches its submitter (the colony checks what
         # follows from it: a cancel reaching the run).
         self.on_outcome: Callable[[str, dict[str, Any]], None] | None = None

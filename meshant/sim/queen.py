@@ -701,6 +701,30 @@ class SimQueen:
                     self.ledger.fail("rate-window", f"{total:g} of cost went through "
                                      f"{r.text} key {key!r} in {now - t1:.3f} s on "
                                      f"{self.life}: at most {r.burst:g} + {r.rate:g}/s")
+            self._check_rate_across(r, key, cost if r.by_cost else 1.0)
+
+    def _check_rate_across(self, r: RateRule, key: str, cost: float) -> None:
+        """The same bound over windows that span queen lives (a restart, a takeover): the
+        new queen's buckets refill from the journal's newest event (rates.py, resume), so
+        what the old queen let through just before counts. In virtual time: plus what the
+        clocks may run fast by and what two queens' wall clocks disagree by (an event's
+        time is one queen's wall clock, read on another's). Excused in a run that lost
+        commits to a power cut (DURABLE: the journal forgot assignments)."""
+        led = self.ledger
+        virtual = self.net.clock.now
+        log = led.rate_log.setdefault((r.text, key), [])
+        log.append((virtual, cost, self.life))
+        while log and virtual - log[0][0] > 2 * (r.burst / r.rate + led.delay_slack) + 60:
+            log.pop(0)  # (bounded: a window that long is the refill's, not a burst's)
+        total = 0.0
+        for t1, c, life in reversed(log):
+            total += c
+            if life != self.life and total > r.burst + r.rate * (
+                    (virtual - t1) * (1 + led.drift) + led.delay_slack) + 1e-6:
+                led.fail("rate-takeover", f"{total:g} of cost went through {r.text} key "
+                         f"{key!r} in {virtual - t1:.3f} s across queen lives (from {life} "
+                         f"to {self.life}): at most {r.burst:g} + {r.rate:g}/s")
+                return
 
     def _check_limits(self, core: QueenCore) -> None:
         """Never more tasks running than a concurrency limit allows (counted here from the

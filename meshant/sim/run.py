@@ -111,6 +111,7 @@ class Colony:
         self.end = END + self.span
         self.ledger.delay_slack = 2 * weather.skew + weather.drift * self.end + 1e-6
         self.ledger.skew_slack = 2 * weather.skew
+        self.ledger.drift = weather.drift
         self.net = Net(self.clock, self.stream("net"), self.log, delay=weather.delay,
                        slow=weather.slow, pub_hwm=weather.pub_hwm, up_hwm=weather.up_hwm)
         shape, clocks, procs = self.stream("shape"), self.stream("clocks"), self.stream("procs")
@@ -129,8 +130,10 @@ class Colony:
             if lrng.random() < 0.3:
                 self.limits.append("*:payload.tenant=3")
             if lrng.random() < 0.5:
+                # (A burst of 6 at 2/s is worth 3 s, longer than a restart takes: a queen
+                # starting its buckets full would show, invariant rate-takeover.)
                 self.limits.append(f"echo:payload.tenant={lrng.choice([2, 5, 10])}/s,"
-                                   f"burst={lrng.randint(1, 3)}"
+                                   f"burst={lrng.choice([1, 2, 3, 6])}"
                                    + (",cost" if lrng.random() < 0.5 else ""))
         self.own_limits = bool(self.limits) and lrng.random() < 0.5
         self.tenants = lrng

@@ -100,7 +100,13 @@ class JournalReader:
                         questions=store.questions(), kept=store.kept(),
                         last_seqs=store.last_seqs(unfinished), marks=store.marks(unfinished),
                         names=self.names(), steps=store.steps_of(unfinished),
-                        schedules=schedules.rows(self))
+                        schedules=schedules.rows(self), last_event=self.last_event())
+
+    def last_event(self) -> float | None:
+        """The time of the newest task event (on the clock of the queen that journaled
+        it, as every event's ``ts``), or None."""
+        r = self._one("SELECT max(ts) FROM events")
+        return float(r[0]) if r is not None and r[0] is not None else None
 
     def find_key(self, key: str) -> dict[str, Any] | None:
         """The newest task submitted with idempotency key ``key``, or None."""

@@ -72,6 +72,10 @@ class Restored:
     steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # The colony's schedules (core/schedules), as journaled rows.
     schedules: list[dict[str, Any]] = field(default_factory=list)
+    # The time of the journal's newest task event (wall clock; None: no task yet): an
+    # assignment is one, so until then the queen that journaled it may have let tasks
+    # through its rate limits (core/tasks/rates.py, ``Rates.resume``).
+    last_event: float | None = None
 
 
 class ArchiveIndex:

@@ -105,6 +105,11 @@ class QueenCore:
             self.restored = sched.restore(restored.tasks, now, now + wall_offset,
                                           grace=self.registry.timeout * 2)
             sched.restore_steps(restored.steps, now)
+            if restored.last_event is not None:
+                # The rate limits' buckets refill from the journal's newest event, not
+                # full: what the last queen let through just before counts (rates.py). A
+                # deferred first write may leave an assignment unjournaled journal_defer.
+                sched.rates.resume(restored.last_event - sched.to_wall + c.journal_defer)
             self.graphs.track_changes = True  # graphs: journaled, and carried on
             self.graphs.restore(restored.graphs, restored.graph_tasks, now)
         self.tasks = TaskService(st, sched, self.index, self.reads, self.deferral)

@@ -20,8 +20,27 @@ call took): the difference from the task's cost comes off its ``,cost`` buckets 
 back, at most to the burst), so the bucket follows real use.
 
 So, per slot, over any window of T seconds the costs taken are at most
-``burst + rate * T`` (plus what charges added). Buckets live in the queen's memory: a
-queen that restarts or takes over starts them full.
+``burst + rate * T`` (plus what charges added).
+
+Buckets live in the queen's memory, and the promise holds **across a restart or a
+takeover** too: the new queen starts each bucket with the tokens it would hold had it
+been empty at the journal's newest task event and refilling since (``resume``; at most
+the burst). Why that moment: an assignment is an event, journaled with its own time
+before the task leaves, so every task the old queen let through was let through by
+then, and its bucket held at least 0 after. (The exception: a task whose first write
+was deferred, core/journal/defer.py, leaves unwritten for up to ``journal_defer``; the
+driver adds that to the moment, which covers such tasks whenever the old queen
+journaled anything in its last ``journal_defer`` seconds, as a loaded one does. And
+the event's time is the old queen's wall clock: two hosts' clocks disagreeing by d
+let ``rate * d`` more through.) Then over a window starting before that moment, the old
+queen let through at most ``burst + rate * t1`` (t1: its part of the window), the new
+one at most ``rate * (gap + t2)``; over one starting after it, only the new queen's, at
+most ``burst + rate * T``. A full bucket at takeover would let ``burst`` more through
+in a window that also holds the old queen's last burst. Nothing is journaled per
+bucket: the newest event is one number read at takeover, where a rule per slot would
+read every recent assignment. Under a flood the old queen let tasks through until it
+died, so after a takeover gap of ``burst / rate`` or more the buckets start full, as
+before; a quick restart starts them with what the gap refilled.
 
 Sans-IO: times are the scheduler's monotonic clock, passed in; nothing here changes a
 task (the scheduler asks ``take`` in its dispatch and queues what ``wake`` lets go).
@@ -122,6 +141,9 @@ class Rates:
         self.parked: dict[str, Slot] = {}
         self.spent: dict[str, float] = {}  # what a running task took, for its charges
         self.due = math.inf  # when a waiting task may go, at the earliest
+        # When another queen (or this one's last life) may last have let tasks through
+        # (this clock): a bucket made after it holds what it refilled since (``resume``).
+        self.since = -math.inf
         self.configure(rules)
 
     def configure(self, rules: Iterable[Any]) -> None:
@@ -165,11 +187,19 @@ class Rates:
                         f"({r.text}): the task needs {where}")
         return None
 
+    def resume(self, since: float) -> None:
+        """This queen took over a journal whose newest event is at ``since`` (this clock,
+        with the deferral window added): the buckets start as if empty then, and
+        refilling since — at most full (see the module's docstring)."""
+        self.since = since
+
     def _bucket(self, slot: Slot, now: float) -> Bucket:
         r = self.rules[slot[0]]
         b = self.buckets.get(slot)
         if b is None:
-            b = self.buckets[slot] = Bucket(r.burst, now)
+            tokens = r.burst if now - self.since >= r.burst / r.rate else max(
+                0.0, (now - self.since) * r.rate)
+            b = self.buckets[slot] = Bucket(tokens, now)
         elif now > b.at:
             b.tokens = min(r.burst, b.tokens + (now - b.at) * r.rate)
             b.at = now
