@@ -349,7 +349,9 @@ class Colony:
 
             def submit(c: SimClient = c, payload: dict[str, Any] = payload, i: int = i) -> None:
                 if c.alive:
-                    c.submit("echo", payload, id=f"{self.seed:x}-d{i}")
+                    # ('s', not 'd': a hex digit would make the id one of the message
+                    # ids this run's IdMaker deals out, and an error's ref ambiguous.)
+                    c.submit("echo", payload, id=f"{self.seed:x}-s{i}")
             self.clock.at(rng.uniform(0.2, LOAD), submit)
         self.clock.at(LOAD, self._look_for_questions)
 
