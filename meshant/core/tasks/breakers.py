@@ -32,16 +32,23 @@ class Breakers:
     def outcome(self, forager: str, capability: str | None, ok: bool, now: float) -> None:
         """A run on ``forager`` ended well or badly; ``capability`` counts it too unless
         None (a lost forager says nothing about the capability)."""
+        if ok:
+            # A success on a breaker never made is one on a closed breaker without
+            # failures: nothing to record (the plain path makes none, every task).
+            fb = self.foragers.get(forager)
+            if fb is not None:
+                fb.success()
+            cb = self.capabilities.get(capability) if capability is not None else None
+            if cb is not None:
+                cb.success()
+            return
         for b in (self._of(self.foragers, forager),
                   self._of(self.capabilities, capability) if capability is not None else None):
             if b is None:
                 continue
-            if ok:
-                b.success()
-            else:
-                b.failure(now)
-                if b.state == OPEN:
-                    self.due = min(self.due, b.opened_at + b.cooldown)
+            b.failure(now)
+            if b.state == OPEN:
+                self.due = min(self.due, b.opened_at + b.cooldown)
 
     def cooled(self, now: float) -> bool:
         """True once (per cooldown) when an open circuit's cooldown has ended."""
@@ -71,9 +78,12 @@ class Breakers:
 
     def started(self, forager: str, capability: str) -> None:
         """Work was sent through: in half-open, this assignment is the trial."""
-        for b in (self.foragers.get(forager), self.capabilities.get(capability)):
-            if b is not None:
-                b.started()
+        fb = self.foragers.get(forager)
+        if fb is not None:
+            fb.started()
+        cb = self.capabilities.get(capability)
+        if cb is not None:
+            cb.started()
 
     def states(self) -> dict[str, dict[str, str]]:
         """Circuits that are not closed, for status."""
