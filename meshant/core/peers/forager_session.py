@@ -150,6 +150,8 @@ def _size(value: Any) -> int:
     """About how many bytes a partial result's value takes (what matters: big ones)."""
     if isinstance(value, bytes | str):
         return 64 + len(value)
+    if value is None or value.__class__ is dict:
+        return 64  # (a plain task's result: no getattr that raises inside for a dict)
     data = getattr(value, "data", None)  # a Blob
     return 64 + (len(data) if isinstance(data, bytes | bytearray | memoryview) else 0)
 
