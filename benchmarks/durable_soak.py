@@ -55,6 +55,30 @@ HB = ["--hb-interval", "0.2", "--hb-misses", "5"]
 STEPS = 10
 
 
+def endpoint(tmp: Path, name: str) -> str:
+    """The router endpoint of queen ``name`` (``Procs.queen``)."""
+    return f"ipc://{tmp}/{name}"
+
+
+def leads(endpoint: str) -> bool:
+    """Whether the queen at ``endpoint`` leads (asked itself, not followed)."""
+    try:
+        with Client(endpoint, follow_leader=False, timeout=1) as c:
+            return bool(c.status(timeout=1)["role"] == "leader")
+    except MeshantError:
+        return False
+
+
+def wait_lead_at(endpoint: str, timeout: float) -> float:
+    """Seconds until the queen at ``endpoint`` leads; RuntimeError past ``timeout``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if leads(endpoint):
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise RuntimeError(f"{endpoint} did not lead within {timeout} s")
+
+
 class Procs:
     """meshant CLI processes, their stdout and stderr in files (nothing to fill a pipe);
     all stopped by PID in :meth:`close`."""
@@ -83,6 +107,14 @@ class Procs:
                                    f"{err.read_text()[-2000:]}")
             time.sleep(0.02)
         raise RuntimeError(f"{args!r} printed no ready line within {timeout} s")
+
+    def queen(self, name: str, url: str, lease: float, *extra: str) -> subprocess.Popen[bytes]:
+        """A CLI queen ``name`` on ipc endpoints in the temp dir, journal ``url``."""
+        p, info = self.start("queen", "--name", name, "--bind", endpoint(self.tmp, name),
+                             "--pub", f"ipc://{self.tmp}/{name}-pub", "--json", "--journal",
+                             url, "--lease", str(lease), *extra)
+        assert info.get("role") in ("leader", "standby"), info
+        return p
 
     def close(self, timeout: float = 5.0) -> None:
         for p in self.all:
@@ -286,29 +318,13 @@ def soak_failovers(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, A
     lease = args.lease
 
     def ep(name: str) -> str:
-        return f"ipc://{tmp}/{name}"
+        return endpoint(tmp, name)
 
     def queen(name: str) -> subprocess.Popen[bytes]:
-        p, info = procs.start("queen", "--name", name, "--bind", ep(name), "--pub",
-                              f"ipc://{tmp}/{name}-pub", "--json", "--journal", url,
-                              "--lease", str(lease), *HB)
-        assert info.get("role") in ("leader", "standby"), info
-        return p
-
-    def leads(name: str) -> bool:
-        try:
-            with Client(ep(name), follow_leader=False, timeout=1) as c:
-                return bool(c.status(timeout=1)["role"] == "leader")
-        except MeshantError:
-            return False
+        return procs.queen(name, url, lease, *HB)
 
     def wait_lead(name: str, timeout: float) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if leads(name):
-                return time.monotonic() - t0
-            time.sleep(0.05)
-        raise RuntimeError(f"{name} did not lead within {timeout} s")
+        return wait_lead_at(ep(name), timeout)
 
     both = f"{ep('qa')},{ep('qb')}"
     takeovers = []

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import signal
 import sys
@@ -52,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable_soak import Procs, verify
+from benchmarks.durable_soak import Procs, endpoint, verify, wait_lead_at
 from meshant import Client
 from meshant.errors import MeshantError
 
@@ -109,9 +110,15 @@ def analyse(starts: list[float], kills: list[dict[str, float]], lo: float, hi: f
     """The per-window figures and each takeover's gap (wall-clock seconds)."""
     gaps = []
     for k in kills:
+        # The longest stretch without a start from the kill to a second after the new
+        # leader leads: a task the old leader sent just before its death may start just
+        # after it, and must not hide the leaderless gap that follows.
         i = bisect.bisect_right(starts, k["killed"])
-        before = starts[i - 1] if i else float("nan")
-        after = starts[i] if i < len(starts) else float("nan")
+        j = bisect.bisect_right(starts, k["leads"] + 1.0)
+        around = starts[max(0, i - 1):j + 1]
+        pairs = list(itertools.pairwise(around))
+        before, after = max(pairs, key=lambda ab: ab[1] - ab[0]) if pairs else (
+            float("nan"), float("nan"))
         k["last_start_before"], k["first_start_after"] = before, after
         gaps.append(round(after - before, 3))
     w = windows(starts, lo, hi, args.window, args.step)
@@ -160,28 +167,13 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
     limit = f"{CAP}={args.rate:g}/s" + (f",burst={args.burst:g}" if args.burst else "")
 
     def ep(name: str) -> str:
-        return f"ipc://{tmp}/{name}"
+        return endpoint(tmp, name)
 
     def queen(name: str) -> Any:
-        p, info = procs.start("queen", "--name", name, "--bind", ep(name), "--pub",
-                              f"ipc://{tmp}/{name}-pub", "--json", "--journal", url,
-                              "--lease", str(args.lease), "--limit", limit, *hb)
-        assert info.get("role") in ("leader", "standby"), info
-        return p
-
-    def leads(name: str) -> bool:
-        try:
-            with Client(ep(name), follow_leader=False, timeout=1) as c:
-                return bool(c.status(timeout=1)["role"] == "leader")
-        except MeshantError:
-            return False
+        return procs.queen(name, url, args.lease, "--limit", limit, *hb)
 
     def wait_lead(name: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not leads(name):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not lead within {timeout} s")
-            time.sleep(0.05)
+        wait_lead_at(ep(name), timeout)
 
     both = f"{ep('qa')},{ep('qb')}"
     kills: list[dict[str, float]] = []
@@ -211,7 +203,7 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
                 qs[leader].wait(10)
                 wait_lead(standby, args.lease + 30)
                 kills.append({"killed": killed, "leads": time.time()})
-                print(f"  kill {k + 1}: {leader} SIGKILLed at +{killed - t0:.1f} s, "
+                print(f"  kill {k + 1}: {leader} SIGKILLed {killed - t0:.1f} s into the flood, "
                       f"{standby} leads {time.time() - killed:.2f} s later",
                       file=sys.stderr)
                 qs[leader] = queen(leader)  # back, as the standby
@@ -275,7 +267,7 @@ def show(r: dict[str, Any]) -> None:
           f"heartbeat {r['hb']}; {r['seconds']:g} s of flood, {r['window']:g} s windows "
           f"every {r['step']:g} s after a {r['warmup']:g} s warm-up")
     for i, (k, gap) in enumerate(zip(r["kills"], r["gaps_s"], strict=True)):
-        print(f"  kill {i + 1} at +{k['at']:.1f} s: the standby leads after "
+        print(f"  kill {i + 1} at +{k['at']:.1f} s after the warm-up: the standby leads after "
               f"{k['takeover_s']:.2f} s; no task started for {gap:.2f} s")
     print(f"  {'windows':<20} {'n':>5} {'min /s':>8} {'dev %':>7} {'at +s':>6} "
           f"{'max /s':>8} {'dev %':>7} {'at +s':>6} {'within 2%':>10}")

@@ -408,3 +408,46 @@ def test_one_task_per_tick_across_a_postgresql_failover(
     ticks = sorted(_wall(r["idem_key"].split(":", 2)[2].replace("Z", "+00:00")) for r in rows)
     assert len(ticks) == len(set(ticks))  # one task per tick
     assert ticks == [ticks[0] + i for i in range(len(ticks))]  # caught up: none lost
+
+
+@pytest.mark.slow
+def test_requests_in_flight_when_the_queen_dies_are_asked_again_or_fail_as_queen_lost(
+        procs: Procs, tmp_path: Path) -> None:
+    # From an outsider's failover run: a trigger in flight when its queen died came back
+    # as a plain Timeout ("no answer within 10 s", after 5 s) instead of the queen-lost
+    # failure its session decided; a list in flight must be answered by the next queen.
+    import threading
+
+    from meshant.errors import QueenUnreachable
+
+    db = tmp_path / "q.db"
+    q, ep = procs.queen("--journal", str(db))
+    with Client(ep) as c:
+        c.add_schedule("later", "0 0 1 1 *", "echo")
+        q.send_signal(signal.SIGSTOP)  # (what it is sent now, it never answers)
+        got: dict[str, Any] = {}
+
+        def call(name: str, fn: Any) -> None:
+            t0 = time.monotonic()
+            try:
+                got[name] = fn()
+            except Exception as e:  # (the outcome under test)
+                got[name] = e
+            got[name + "_s"] = time.monotonic() - t0
+        threads = [threading.Thread(target=call, args=(n, f)) for n, f in (
+            ("trigger", lambda: c.schedule("trigger", "later", timeout=30)),
+            ("list", lambda: c.schedules(timeout=30)))]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(c._cs.requests) == 2 and not c._cs.outbox, 10,
+                 what="both requests sent")
+        q.send_signal(signal.SIGKILL)
+        q.wait(10)
+        procs.queen("--journal", str(db), "--bind", ep)
+        for t in threads:
+            t.join(40)
+    err = got["trigger"]
+    assert isinstance(err, QueenUnreachable) and err.code == "queen-lost", err
+    assert "may have been carried out" in str(err)
+    assert [s["name"] for s in got["list"]] == ["later"]
+    assert got["trigger_s"] < 25 and got["list_s"] < 25  # (not their 30 s timeouts)

@@ -101,8 +101,8 @@ class AsyncClient:
         with ``asyncio.wrap_future``."""
         return self._c().submit_graph(graph, updates=updates)
 
-    async def status(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self._c().status)
+    async def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        return await asyncio.to_thread(self._c().status, timeout)
 
     async def add_schedule(self, name: str, cron: str, capability: Any, payload: Any = None,
                            **kw: Any) -> dict[str, Any]:
@@ -110,13 +110,13 @@ class AsyncClient:
         return await asyncio.to_thread(
             functools.partial(self._c().add_schedule, name, cron, capability, payload, **kw))
 
-    async def schedules(self) -> list[dict[str, Any]]:
+    async def schedules(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Every schedule (:meth:`Client.schedules`)."""
-        return await asyncio.to_thread(self._c().schedules)
+        return await asyncio.to_thread(self._c().schedules, timeout)
 
-    async def schedule(self, op: str, name: str) -> dict[str, Any]:
+    async def schedule(self, op: str, name: str, timeout: float = 5.0) -> dict[str, Any]:
         """Show, pause, resume, remove or trigger a schedule (:meth:`Client.schedule`)."""
-        return await asyncio.to_thread(self._c().schedule, op, name)
+        return await asyncio.to_thread(self._c().schedule, op, name, timeout)
 
     async def answer(self, task_id: str, value: Any, *, request: str | None = None
                      ) -> dict[str, Any]:

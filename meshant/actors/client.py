@@ -557,6 +557,8 @@ class Client(Peer):
             if self.pump is not None:
                 self.pump(fut.done, timeout)
             return fut.result(0 if self.pump is not None else timeout)  # type: ignore[no-any-return]
+        except Timeout:
+            raise  # the request's own failure (queen-lost: its queen was lost before it answered)
         except TimeoutError:
             raise Timeout(f"no answer to {kind} within {timeout:g} s") from None
         finally:

@@ -147,7 +147,7 @@ class ScheduleService:
         old = book.schedules.get(b["name"])
         if old is not None and not b.get("replace"):
             st.refuse(req, Code.SCHEDULE_EXISTS, f"a schedule named {b['name']!r} exists: "
-                      "remove it first, or add with replace")
+                      "remove it first, or add it with replace (--replace, replace=True)")
             return
         if old is None and len(book) >= book.max_schedules:
             st.refuse(req, Code.BAD_VALUE, f"the queen holds {len(book):,} schedules, its "
