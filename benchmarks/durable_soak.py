@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,15 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = "benchmarks.durable_soak_app:forager"
 HB = ["--hb-interval", "0.2", "--hb-misses", "5"]
 STEPS = 10
+
+
+def write_json(value: Any, dest: str) -> None:
+    """A benchmark's ``--json`` output: to stdout for ``-``, else to file ``dest``."""
+    text = json.dumps(value, indent=1)
+    if dest == "-":
+        print(text)
+    else:
+        Path(dest).write_text(text + "\n")
 
 
 def endpoint(tmp: Path, name: str) -> str:
@@ -133,12 +143,13 @@ class Procs:
 
 
 class Pump:
-    """A client thread keeping ``window`` soak tasks in flight until stopped."""
+    """A client thread keeping ``window`` tasks of ``capability`` in flight until
+    stopped; the k-th task's payload is ``first + k * step`` (several pumps: disjoint)."""
 
     def __init__(self, c: Client, window: int, max_attempts: int,
-                 capability: str = "soak") -> None:
+                 capability: str = "soak", first: int = 0, step: int = 1) -> None:
         self.c, self.window, self.max_attempts = c, window, max_attempts
-        self.capability = capability
+        self.capability, self.first, self.step = capability, first, step
         self.futs: list[tuple[int, Any]] = []
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -149,7 +160,7 @@ class Pump:
         while not self.stop.is_set():
             inflight = [f for f in inflight if not f.done()]
             while len(inflight) < self.window and not self.stop.is_set():
-                n = len(self.futs)
+                n = self.first + len(self.futs) * self.step
                 try:
                     fut = self.c.submit(self.capability, n, max_attempts=self.max_attempts)
                 except MeshantError as e:  # (a refusal: noted, and tried again)
@@ -164,8 +175,15 @@ class Pump:
         return sum(f.done() for _, f in self.futs)
 
 
-def collect(futs: list[tuple[int, Any]], timeout: float) -> dict[str, Any]:
-    """Every task's outcome: right result, wrong result, failed, or not ended in time."""
+def soak_result(n: int) -> list[int]:
+    """What the soak handler returns for payload ``n``."""
+    return [n * 100 + i for i in range(STEPS)]
+
+
+def collect(futs: list[tuple[int, Any]], timeout: float,
+            expect: Callable[[int], Any] = soak_result) -> dict[str, Any]:
+    """Every task's outcome: right result (``expect(payload)``), wrong result, failed,
+    or not ended in time."""
     deadline = time.monotonic() + timeout
     ok, wrong, failed, lost = 0, [], [], []
     ids: dict[str, int] = {}
@@ -179,7 +197,7 @@ def collect(futs: list[tuple[int, Any]], timeout: float) -> dict[str, Any]:
             else:
                 failed.append(f"{fut.task_id}: {e!r}")
             continue
-        if r == [n * 100 + i for i in range(STEPS)]:
+        if r == expect(n):
             ok += 1
         else:
             wrong.append(f"{fut.task_id}: {r!r}")
@@ -506,11 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(soak_restarts(args, tmp / "c"))
             show(results[-1])
     if args.json:
-        text = json.dumps(results, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+        write_json(results, args.json)
     bad = any(r["ran_twice_wrongly"] or r["completed_right"] != r["tasks"]
               or r["more_than_one_rerun_per_kill"] or r["journal_problems"]
               for r in results)

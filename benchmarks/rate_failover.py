@@ -44,18 +44,23 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
-import json
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable_soak import Procs, endpoint, verify, wait_lead_at
+from benchmarks.durable_soak import (
+    Procs,
+    Pump,
+    collect,
+    endpoint,
+    verify,
+    wait_lead_at,
+    write_json,
+)
 from meshant import Client
-from meshant.errors import MeshantError
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "benchmarks.rate_failover_app:forager"
@@ -63,39 +68,11 @@ CAP = "rated"
 CATCH_UP = 2.0  # seconds after a takeover's first start that count as the takeover's
 
 
-class Flood:
-    """A client thread keeping ``backlog`` of its tasks submitted and unfinished."""
-
-    def __init__(self, c: Client, backlog: int, first: int, step: int) -> None:
-        self.c, self.backlog = c, backlog
-        self.n, self.step = first, step  # this flood's task numbers: first, first+step, ...
-        self.futs: list[tuple[int, Any]] = []
-        self.stop = threading.Event()
-        self.errors: list[str] = []
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        open_: list[Any] = []
-        while not self.stop.is_set():
-            open_ = [f for f in open_ if not f.done()]
-            while len(open_) < self.backlog and not self.stop.is_set():
-                try:
-                    fut = self.c.submit(CAP, self.n, max_attempts=50)
-                except MeshantError as e:  # (a refusal: noted, tried again)
-                    self.errors.append(f"submit {self.n}: {e!r}")
-                    time.sleep(0.1)
-                    continue
-                self.futs.append((self.n, fut))
-                open_.append(fut)
-                self.n += self.step
-            time.sleep(0.02)
-
-
 def windows(starts: list[float], lo: float, hi: float, width: float,
             step: float) -> list[tuple[float, int]]:
     """(window start, task starts in [t, t + width)) for t = lo, lo + step, ... while the
     window ends by ``hi``."""
-    out = []
+    out: list[tuple[float, int]] = []
     k = 0
     while True:
         t = lo + k * step
@@ -133,7 +110,7 @@ def analyse(starts: list[float], kills: list[dict[str, float]], lo: float, hi: f
                    and k["last_start_before"] < t + args.window for k in kills)
 
     def rate(n: int) -> float:
-        return n / args.window
+        return n / float(args.window)
 
     def summary(ws: list[tuple[float, int]]) -> dict[str, Any]:
         if not ws:
@@ -177,7 +154,7 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
 
     both = f"{ep('qa')},{ep('qb')}"
     kills: list[dict[str, float]] = []
-    floods: list[Flood] = []
+    floods: list[Pump] = []
     try:
         qs = {"qa": queen("qa")}
         wait_lead("qa", 30)
@@ -189,7 +166,7 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
         clients = [Client(both, queen_wait=120, timeout=60) for _ in range(args.clients)]
         try:
             for i, c in enumerate(clients):
-                floods.append(Flood(c, args.backlog // args.clients, i, args.clients))
+                floods.append(Pump(c, args.backlog // args.clients, 50, CAP, i, args.clients))
             t0 = time.time()
             for f in floods:
                 f.t.start()
@@ -217,18 +194,9 @@ def run(args: argparse.Namespace, tmp: Path, url: str) -> dict[str, Any]:
             futs = [x for f in floods for x in f.futs]
             print(f"  flood over: {len(futs)} tasks submitted; waiting for them "
                   f"(~{args.backlog / args.rate:.0f} s of backlog)", file=sys.stderr)
-            deadline = time.monotonic() + args.backlog / args.rate * 3 + 120
-            ok, wrong, failed, lost = 0, [], [], []
-            for n, fut in futs:
-                try:
-                    r = fut.result(max(0.1, deadline - time.monotonic()))
-                except (TimeoutError, MeshantError) as e:
-                    (lost if not fut.done() else failed).append(f"{fut.task_id}: {e!r}")
-                    continue
-                if r == 2 * n + 1:
-                    ok += 1
-                else:
-                    wrong.append(f"{fut.task_id}: {r!r} for {n}")
+            res = collect(futs, args.backlog / args.rate * 3 + 120, lambda n: 2 * n + 1)
+            ok, wrong, failed = res["ok"], res["wrong"], res["failed"]
+            lost = [f"{t}: not ended" for t in res["lost"]]
             ids = {fut.task_id for _, fut in futs}
         finally:
             for c in clients:
@@ -350,11 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.close()
     show(r)
     if args.json:
-        text = json.dumps(r, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+        write_json(r, args.json)
     bad = (r["completed_right"] != r["tasks"] or r["over_promise"]
            or r["journal_problems"])
     return 1 if bad else 0

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.durable_soak import ROOT, Procs
+from benchmarks.durable_soak import ROOT, Procs, write_json
 from meshant import Client
 
 APP = "benchmarks.durable_soak_app:forager"
@@ -150,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before {out['load_before']}, after {out['load_after']} "
           f"({os.cpu_count()} cores)")
     if args.json:
-        text = json.dumps(out, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+        write_json(out, args.json)
     return 0
 
 
