@@ -90,28 +90,28 @@ def test_a_charge_makes_the_bucket_follow_real_use() -> None:
     _finish(c, "t2")
 
 
-def test_a_queen_taking_over_refills_its_buckets_from_the_journals_newest_event() -> None:
-    # The last queen may have let tasks through until the journal's newest event, 1.5 s
-    # ago: the buckets hold what 1.5 s refilled (3 of 10), not a second burst of 10.
+def _taken_over(newest_event_ago: float) -> Any:
+    """A queen that took over a journal whose newest event was that long ago, 12 tasks
+    of its rated capability submitted and dispatched."""
     c = _rated("llm=2/s,burst=10")
     c.now = 100.0
-    c.s.rates.resume(c.now - 1.5)
+    c.s.rates.resume(c.now - newest_event_ago)
     c.forager("f", slots=100, tools=("llm",))
     for i in range(12):
         c.submit(f"t{i}", "llm")
     c.step()
+    return c
+
+
+def test_a_queen_taking_over_refills_its_buckets_from_the_journals_newest_event() -> None:
+    # The last queen may have let tasks through until the journal's newest event, 1.5 s
+    # ago: the buckets hold what 1.5 s refilled (3 of 10), not a second burst of 10.
+    c = _taken_over(1.5)
     assert _running(c) == ["t0", "t1", "t2"]
     c.step(0.5)
     assert len(_running(c)) == 4  # then the rate, as ever
     # A bucket first used long after that event starts full: nothing recent to count.
-    c2 = _rated("llm=2/s,burst=10")
-    c2.now = 100.0
-    c2.s.rates.resume(c2.now - 5.0)
-    c2.forager("f", slots=100, tools=("llm",))
-    for i in range(12):
-        c2.submit(f"t{i}", "llm")
-    c2.step()
-    assert len(_running(c2)) == 10
+    assert len(_running(_taken_over(5.0))) == 10
 
 
 def test_the_queen_core_resumes_its_buckets_from_what_the_journal_says() -> None:

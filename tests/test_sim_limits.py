@@ -53,6 +53,8 @@ def test_mutant_a_restarted_queen_starts_delayed_tasks_at_once(
 
 
 LIMITS = dataclasses.replace(DEFAULT, limits=1.0)
+# The same with queens killed, crashed and paused (their tasks taken back).
+RESTARTS = LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4))
 
 
 @pytest.mark.slow
@@ -84,7 +86,7 @@ def test_mutant_a_restarted_queen_forgets_what_runs_holds_tokens(
     # A queen taking tasks back from the journal gives the running ones no tokens: queued
     # tasks of their keys start beside them.
     monkeypatch.setattr(limits.Limits, "hold", lambda self, task: None)
-    _caught(LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 60,
+    _caught(RESTARTS, 60,
             "limit-running")
 
 
@@ -125,5 +127,5 @@ def test_mutant_a_queen_taking_over_starts_its_buckets_full(
     # last one let through just before, and lets a second burst through in the window
     # that holds the first (a burst of 6 at 2/s outlasts a restart).
     monkeypatch.setattr(rates.Rates, "resume", lambda self, since: None)
-    _caught(LIMITS.only("kill-queen", "crash-mid-turn", "pause-queen", faults=(1, 4)), 40,
+    _caught(RESTARTS, 40,
             "rate-takeover")
