@@ -44,12 +44,18 @@ def apply(fut: TaskFuture[Any], kind: str, b: dict[str, Any]) -> Update | None:
     if kind != "task.result":
         return None
     fut._updates.put(None)
+    conclude(fut, b)
+    return None
+
+
+def conclude(fut: TaskFuture[Any], b: dict[str, Any]) -> None:
+    """The task's final result ``b`` into ``fut`` (unless it has its outcome already);
+    the caller ended its updates."""
     if not fut.done():
         if b.get("state") == "completed":
             fut.set_result(p.unwrap_blob(b.get("result")))
         else:
             fut.set_exception(from_error_body(b.get("error") or {}))
-    return None
 
 
 def feed(fut: TaskFuture[Any], kind: str, b: dict[str, Any]) -> Update | None:
@@ -74,4 +80,4 @@ class Attachment(TaskFuture[Any]):
         self.last = 0
 
 
-__all__ = ["Attachment", "apply", "feed", "update_of"]
+__all__ = ["Attachment", "apply", "conclude", "feed", "update_of"]

@@ -107,10 +107,10 @@ class BatchRegister:
 
 def capability_name(capability: str | Capability[Any, Any]) -> str:
     """The name to submit to: a string as it is, a :class:`Capability`'s ``name``."""
+    if isinstance(capability, str):  # (the common case first: one cheap test)
+        return capability
     if isinstance(capability, Capability):
         return capability.name
-    if isinstance(capability, str):
-        return capability
     raise TypeError("the capability is a name (str) or a handler decorated with "
                     f"@forager.task, not {type(capability).__name__}")
 

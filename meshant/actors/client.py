@@ -29,7 +29,7 @@ import zmq
 from meshant import protocol as p
 from meshant.actors._boundary import translated
 from meshant.actors._peer import Peer
-from meshant.actors.attach import Attachment, apply, feed
+from meshant.actors.attach import Attachment, apply, conclude, feed
 from meshant.actors.capability import Capability, capability_name
 from meshant.actors.config import ClientConfig, settle
 from meshant.actors.futures import TaskFuture, Update, fail
@@ -276,21 +276,21 @@ class Client(Peer):
         """Carry out what the client session decided."""
         for a in actions:
             match a:
+                case cs_.Ended(task_id=task_id, body=body, error=error):
+                    fut = self._tasks.get(task_id)
+                    if fut is None:
+                        continue
+                    self._end(fut)  # (its updates end there)
+                    if body is not None:
+                        conclude(fut, body)
+                    else:
+                        fail(fut, from_error_body(error or {}))
                 case cs_.Update(task_id=task_id, kind=kind, body=body):
                     fut = self._tasks.get(task_id)
                     if fut is not None:
                         u = apply(fut, kind, body)
                         if u is not None and self.on_update is not None:
                             self._callback(fut, u)
-                case cs_.Ended(task_id=task_id, body=body, error=error):
-                    fut = self._tasks.get(task_id)
-                    if fut is None:
-                        continue
-                    self._end(fut)
-                    if body is not None:
-                        apply(fut, "task.result", body)
-                    else:
-                        fail(fut, from_error_body(error or {}))
                 case cs_.GiveUp(why=why, away=away):
                     self._fail_pending(QueenUnreachable(
                         f"the queen at {self.queen} has been unreachable for {away:.0f} s "
@@ -474,7 +474,7 @@ class Client(Peer):
         if tp is not None:  # the caller's span is the parent of the task's (meshant[otel])
             msg.extra = {tracing.TRACEPARENT: tp}
         try:
-            frames = self._encode(msg)
+            frames = self.link.encode(msg)
         except p.ProtocolError as e:
             if e.code == Code.TOO_LARGE:
                 raise TooLarge(f"cannot submit {capability!r}: {e.message}") from None
@@ -490,7 +490,7 @@ class Client(Peer):
                     f"{self.max_pending_bytes:,}): wait for some results first")
             self._pending_bytes += size
         self._tasks[msg.id] = fut
-        self.call_soon(self._cs.submit, msg.id, frames, time.monotonic())
+        self.call_soon(self._cs.submit, msg.id, frames, time.monotonic(), size)
         if not self.threaded:
             self._flush(time.monotonic())
         return fut

@@ -281,9 +281,13 @@ class ClientSession:
 
     # -- from the caller ------------------------------------------------------------------
 
-    def submit(self, task_id: str, frames: list[bytes], now: float) -> None:
-        """A submission: kept (for re-sending) until its task ends, and sent."""
-        self.tasks[task_id] = Pending(frames, sum(len(f) for f in frames), now)
+    def submit(self, task_id: str, frames: list[bytes], now: float,
+               size: int | None = None) -> None:
+        """A submission: kept (for re-sending) until its task ends, and sent (``size``:
+        its frames' bytes, if the caller counted them)."""
+        if size is None:
+            size = sum(len(f) for f in frames)
+        self.tasks[task_id] = Pending(frames, size, now)
         self.outbox.append(frames)
 
     def submit_graph(self, graph_id: str, frames: list[bytes], now: float) -> None:
