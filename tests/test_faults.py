@@ -476,7 +476,7 @@ def test_a_streaming_backlog_goes_out_in_slices_of_batched_results_in_order() ->
     assert [r.get("n") for r in items] == [1, 2, 3, 4, 5, 7, None]  # (6: the progress)
     for m in sent:
         fs.sent(m, 0.0)
-    assert [r["ref"] for _, r in fs._sent] == ["a.1"] and fs._sent[0][1]["result"] == "done"
+    assert [r["ref"] for _, _, r in fs._sent] == ["a.1"] and fs._sent[0][2]["result"] == "done"
 
 
 def test_with_batch_progress_a_forager_batches_its_progress_with_its_results() -> None:
@@ -503,7 +503,7 @@ def test_with_batch_progress_a_forager_batches_its_progress_with_its_results() -
         "task.result"] and "kind" not in fs.outbox[1].b and fs.outbox[1].ref == "a.1"
     (again,) = fs.flush(0.0)
     fs.sent(again, 0.0)
-    assert [r["result"] for _, r in fs._sent] == ["done"]
+    assert [r["result"] for _, _, r in fs._sent] == ["done"]
 
 
 def test_updates_split_back_from_an_unsent_batch_are_not_lost_after_a_welcome() -> None:

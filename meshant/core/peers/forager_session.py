@@ -195,8 +195,8 @@ class ForagerSession:
         self.batch_bytes = BATCH_BYTES
         self.outbox: deque[p.Message] = deque()  # to the queen, in order
         self._accepts: dict[str, float] = {}
-        # Final results sent lately: (when, message or batch item).
-        self._sent: deque[tuple[float, Any]] = deque()
+        # Final results sent lately: (when, ref, message or batch item).
+        self._sent: deque[tuple[float, str, Any]] = deque()
         # Refs whose final result is kept (waiting in the outbox, or sent lately and kept
         # for re-sending), with how many: what a new assignment of the same id forgets.
         self._kept: dict[str, int] = {}
@@ -350,8 +350,7 @@ class ForagerSession:
             old.cancelled = True
             self.out.append(Stop(ref, "assigned again"))
         self.outbox = deque(m for m in self.outbox if m.ref != ref)
-        self._sent = deque((t, item) for t, item in self._sent if (
-            item.ref if isinstance(item, p.Message) else item.get("ref")) != ref)
+        self._sent = deque(e for e in self._sent if e[1] != ref)
         self._kept.pop(ref, None)
         self._ended_updates.pop(ref, None)
         self._accepts.pop(ref, None)
@@ -538,7 +537,7 @@ class ForagerSession:
         """Results sent lately may have died with the old connection: they go first on
         the new one (and the hello lists them, so a restarted queen adopts their tasks)."""
         again: list[p.Message] = []
-        for _, item in self._sent:
+        for _, _ref, item in self._sent:
             if isinstance(item, p.Message):
                 again.append(item)
             else:
@@ -556,7 +555,11 @@ class ForagerSession:
         outbox = self.outbox
         if not outbox:
             return []
-        take: list[p.Message] = [outbox.popleft() for _ in range(min(limit, len(outbox)))]
+        if len(outbox) <= limit:
+            take: list[p.Message] = list(outbox)
+            outbox.clear()
+        else:
+            take = [outbox.popleft() for _ in range(limit)]
         singles = min(self._singles, len(take))
         self._singles -= singles
         accepts = self._accepts
@@ -613,10 +616,10 @@ class ForagerSession:
             return
         if msg.kind == "task.batch":
             # Partial results are kept per run (numbered), not as results to re-send.
-            self._sent.extend((now, r) for r in msg.b["results"]
-                              if not r.get("partial") and "kind" not in r)
+            self._sent.extend((now, r["ref"], r) for r in msg.b["results"]
+                              if "kind" not in r and not r.get("partial"))
         elif msg.kind == "task.result" and not msg.b.get("partial"):
-            self._sent.append((now, msg))
+            self._sent.append((now, str(msg.ref), msg))
 
     def unsent(self, msgs: list[Item]) -> None:
         """The connection could not take these (from ``flush``): they go first next time."""
@@ -661,17 +664,15 @@ class ForagerSession:
         ``patience``: how long a silent queen is waited for (its heartbeat timeout)."""
         sent = self._sent
         if sent:
-            keep = patience + 2.0
-            while sent and (sent[0][0] < now - keep or len(sent) > RESENT_MAX):
-                item = sent.popleft()[1]
-                ref = str(item.ref if isinstance(item, p.Message) else item.get("ref"))
-                n = self._kept.get(ref, 0) - 1
-                if n > 0:
-                    self._kept[ref] = n
-                else:
-                    self._kept.pop(ref, None)
-                if self._ended_updates:
-                    self._ended_updates.pop(ref, None)
+            old = now - patience - 2.0
+            kept, ended = self._kept, self._ended_updates
+            while sent and (sent[0][0] < old or len(sent) > RESENT_MAX):
+                ref = sent.popleft()[1]
+                n = kept.pop(ref, 1)
+                if n > 1:
+                    kept[ref] = n - 1
+                if ended:
+                    ended.pop(ref, None)
         if self.draining and not self.running:
             if not self.outbox:
                 self.out.append(Leave())  # drained: leave (the queen is told on the way)
