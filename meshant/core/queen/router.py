@@ -277,8 +277,10 @@ class QueenCore:
         answered; True if it was parked for one more (its handler has not run)."""
         kind = req.msg.kind
         needs = self._needs.get(kind)
-        if needs is not None and self.reads.wait_for(req, needs(req)):
-            return True
+        if needs is not None:
+            wanted = needs(req)
+            if wanted and self.reads.wait_for(req, wanted):
+                return True
         self._after[kind](req)
         return False
 
@@ -456,8 +458,13 @@ class QueenCore:
                             "'blobs' in its hello: send bytes inline, with no blob frames",
                             msg.id)
                 return
-            if msg.kind in self._after:
-                self._dispatch(Request(identity, node, msg, codec, key, now))
+            after = self._after.get(msg.kind)
+            if after is not None:
+                req = Request(identity, node, msg, codec, key, now)
+                if msg.kind in self._needs:
+                    self._dispatch(req)
+                else:
+                    after(req)  # (nothing to read first: _dispatch's answer, one call less)
                 return
         else:
             before = self._before.get(msg.kind)
