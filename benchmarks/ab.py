@@ -10,6 +10,10 @@ and the same client (this process's meshant) measures 800 sequential round trips
 throughput of 6,000 tasks pipelined with a window of 64; raw pyzmq is measured in the
 same round. Medians over the rounds, and each ratio to raw's median, are printed: the
 rounds interleave, so the machine's drifts fall on both versions alike.
+
+``--cpu`` also reads the queen's and the forager's CPU time (``/proc``, every thread)
+around the pipelined run and prints each one's microseconds per task: which process a
+difference in throughput comes from (the client is this process's, the same for all).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from meshant.actors.client import Client
 from meshant.apps import _procs
 from meshant.apps.bench import PAYLOAD, pipelined_raw, seq_mesh, seq_raw
 from meshant.apps.bench_topologies import MeshTopology, RawTopology
+
+from .cpu_per_task import process_cpu
+
+PIPELINED = 6000  # tasks in the throughput run
 
 
 def pipelined_direct(c: Client, n: int, window: int) -> float:
@@ -48,11 +56,14 @@ def main() -> None:
     ap.add_argument("--journal", default="file", help="'file' (a fresh one per run) or "
                     "':memory:'")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--cpu", action="store_true", help="also the queen's and the forager's "
+                    "CPU time per pipelined task")
     args = ap.parse_args()
     spawn = _procs.spawn
     trees = [os.path.abspath(t) for t in args.trees]
     res: dict[str, dict[str, list[float]]] = {
-        t: {"p50": [], "p99": [], "tput": []} for t in [*trees, "raw"]}
+        t: {"p50": [], "p99": [], "tput": [], "queen": [], "forager": []}
+        for t in [*trees, "raw"]}
     raw = RawTopology("tcp", workers=1)
     s = raw.client()
     here = os.getcwd()
@@ -77,14 +88,21 @@ def main() -> None:
                                     res[tree]["p99"].append(xs[int(len(xs) * .99)] * 1e6)
                                 else:
                                     pipelined_direct(c, 500, 64)
-                                    res[tree]["tput"].append(pipelined_direct(c, 6000, 64))
+                                    pids = [pr.pid for pr in mesh.procs[:2]]
+                                    before = [process_cpu(pid) for pid in pids] if args.cpu else []
+                                    res[tree]["tput"].append(pipelined_direct(c, PIPELINED, 64))
+                                    if args.cpu:
+                                        for role, pid, t0 in zip(("queen", "forager"), pids,
+                                                                 before, strict=True):
+                                            res[tree][role].append(
+                                                (process_cpu(pid) - t0) / PIPELINED * 1e6)
                         finally:
                             mesh.close()
             _procs.spawn = spawn
             ys = sorted(seq_raw(s, PAYLOAD, 800, 100))
             res["raw"]["p50"].append(ys[len(ys) // 2] * 1e6)
             res["raw"]["p99"].append(ys[int(len(ys) * .99)] * 1e6)
-            res["raw"]["tput"].append(pipelined_raw(s, PAYLOAD, 6000, 64))
+            res["raw"]["tput"].append(pipelined_raw(s, PAYLOAD, PIPELINED, 64))
     finally:
         _procs.spawn = spawn
         os.chdir(here)
@@ -95,7 +113,9 @@ def main() -> None:
     for name, v in res.items():
         print(f"{name:28s} p50 {med(v['p50']):7.0f} µs ({med(v['p50']) / r['p50']:.2f}x)  "
               f"p99 {med(v['p99']):7.0f} µs ({med(v['p99']) / r['p99']:.2f}x)  "
-              f"{med(v['tput']):7.0f} tasks/s ({med(v['tput']) / r['tput']:.2f} of raw)")
+              f"{med(v['tput']):7.0f} tasks/s ({med(v['tput']) / r['tput']:.2f} of raw)"
+              + (f"  queen {med(v['queen']):5.1f} forager {med(v['forager']):5.1f} µs CPU/task"
+                 if v["queen"] else ""))
 
 
 if __name__ == "__main__":
