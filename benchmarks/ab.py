@@ -109,7 +109,7 @@ def main() -> None:
         s.close(0)
         raw.close()
     med = statistics.median
-    r = {k: med(v) for k, v in res["raw"].items()}
+    r = {k: med(v) for k, v in res["raw"].items() if v}
     for name, v in res.items():
         print(f"{name:28s} p50 {med(v['p50']):7.0f} µs ({med(v['p50']) / r['p50']:.2f}x)  "
               f"p99 {med(v['p99']):7.0f} µs ({med(v['p99']) / r['p99']:.2f}x)  "
