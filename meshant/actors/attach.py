@@ -3,8 +3,9 @@ task's updates (progress, partial results, questions, its result) become
 :class:`~meshant.actors.futures.Update` items of a :class:`TaskFuture`.
 
 The submitter's own future (its repeats dropped by the client session) and an attached
-one (:func:`feed` drops them) are given each message by the same :func:`apply`, so both
-see the same stream: updates in sequence order, each once, then the result.
+one (:func:`feed` drops them) are given each update by the same :func:`apply`, and their
+result by the same :func:`conclude` (the submitter's client ends its updates itself), so
+both see the same stream: updates in sequence order, each once, then the result.
 """
 
 from __future__ import annotations

@@ -569,7 +569,7 @@ class ForagerSession:
                 if msg.ref in accepts:
                     del accepts[msg.ref]
         if "batch" not in self.features or len(take) - singles <= 1:
-            return list(take)
+            return take  # type: ignore[return-value]
         # With batch.progress, progress reports join the run too (an item with "kind");
         # with steps, step records.
         progress = "batch.progress" in self.features
