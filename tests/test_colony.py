@@ -163,6 +163,9 @@ def test_progress_and_partials_arrive_in_order_exactly_once(colony: Colony) -> N
     assert [u.seq for u in ups] == list(range(1, 101))
     assert seen == list(range(1, 101))
     assert ups[-1].fraction == 1.0 and ups[-1].note == "token 49"
+    # Read again once the task ended: its end is still there (no wait for its timeout).
+    assert list(fut.updates(0.2)) == []
+    assert list(c.submit("tokens", 0).updates(10)) == [] and list(fut.updates(0.2)) == []
 
 
 def test_async_and_batch_handlers(colony: Colony) -> None:

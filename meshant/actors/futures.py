@@ -88,6 +88,7 @@ def drain_updates(updates: queue.SimpleQueue[Any], pump: Any, timeout: float | N
         except queue.Empty:
             raise Timeout(f"no update for {what} within {timeout} s") from None
         if u is None:
+            updates.put(None)  # the end stays for whoever follows (updates() again)
             return
         yield u
 
