@@ -56,6 +56,22 @@ HB = ["--hb-interval", "0.2", "--hb-misses", "5"]
 STEPS = 10
 
 
+def soak_options(ap: argparse.ArgumentParser, database_for: str, kept: str) -> None:
+    """The options every soak ends with: a database, a work directory kept, JSON."""
+    ap.add_argument("--postgres", metavar="URL", help=f"a database {database_for} (else a "
+                    "throwaway server is started with initdb)")
+    ap.add_argument("--keep", metavar="DIR", help=f"work in DIR (new) and keep it: {kept}")
+    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                    help="the figures as JSON (to FILE, or stdout)")
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM stops a soak as Ctrl-C does: through its cleanup, every process stopped."""
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
+
+
 def write_json(value: Any, dest: str) -> None:
     """A benchmark's ``--json`` output: to stdout for ``-``, else to file ``dest``."""
     text = json.dumps(value, indent=1)
@@ -482,17 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-steps", dest="capability", action="store_const",
                     const="soak_plain", default="soak",
                     help="the control: the same handler without ctx.step (re-runs expected)")
-    ap.add_argument("--postgres", metavar="URL", help="a database for (b) (else a "
-                    "throwaway server is started with initdb)")
-    ap.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep it: the step "
-                    "log, every process's output, the file journals")
-    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                    help="the figures as JSON (to FILE, or stdout)")
+    soak_options(ap, "for (b)", "the step log, every process's output, the file journals")
     args = ap.parse_args(argv)
-
-    def interrupted(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupted)
+    interrupt_on_sigterm()
     results = []
     with tempfile.TemporaryDirectory(prefix="meshant-dsoak-") as d:
         tmp = Path(d)

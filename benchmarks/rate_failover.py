@@ -56,6 +56,8 @@ from benchmarks.durable_soak import (
     Pump,
     collect,
     endpoint,
+    interrupt_on_sigterm,
+    soak_options,
     verify,
     wait_lead_at,
     write_json,
@@ -286,18 +288,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds after the first start not measured (the first burst)")
     ap.add_argument("--jitter", type=float, default=0.05,
                     help="seconds a start may lag its admission, for the promise check")
-    ap.add_argument("--postgres", metavar="URL", help="a database to use (else a throwaway "
-                    "server is started with initdb)")
-    ap.add_argument("--keep", metavar="DIR", help="work in DIR (new) and keep it: the "
-                    "start logs, every process's output")
-    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                    help="the figures as JSON (to FILE, or stdout)")
+    soak_options(ap, "to use", "the start logs, every process's output")
     args = ap.parse_args(argv)
     args.burst_used = args.burst or args.rate  # (parse_rate's default: N of N/s)
-
-    def interrupted(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupted)
+    interrupt_on_sigterm()
     server = None
     with tempfile.TemporaryDirectory(prefix="meshant-ratefo-") as d:
         tmp = Path(d)
