@@ -304,18 +304,27 @@ class ForagerSession:
             return
         if ref in self.running or ref in self._kept or ref in self._ended_updates:
             self._forget(ref)
-        run = Run(ref, next(self._runs), str(body.get("task", ref)))
+        # (Each option is tested against None first: a plain assignment carries none of
+        # them, and an isinstance of a union costs more than the comparison.)
+        task_id = body.get("task", ref)
+        run = Run(ref, next(self._runs), task_id if task_id.__class__ is str else str(task_id))
         self.running[ref] = run
         self._accepts[ref] = now + self.accept_delay
         timeout = body.get("timeout")
+        if timeout is not None:
+            timeout = float(timeout) if isinstance(timeout, int | float) else None
         steps = body.get("steps")
-        start = Start(ref, run.run, run.task_id, int(body.get("attempt", 1)), cap,
-                      p.unwrap_blob(body.get("payload")),
-                      float(timeout) if isinstance(timeout, int | float) else None,
-                      trace if isinstance(trace, str) else None,
-                      steps if isinstance(steps, list) else None)
+        if steps is not None and not isinstance(steps, list):
+            steps = None
+        attempt = body.get("attempt", 1)
+        payload = body.get("payload")
+        start = Start(ref, run.run, run.task_id, attempt if attempt.__class__ is int
+                      else int(attempt), cap,
+                      payload.data if payload.__class__ is p.Blob else payload, timeout,
+                      trace if trace is None or trace.__class__ is str else None, steps)
         total = body.get("steps_total")
-        if "steps" in self.features and isinstance(total, int) and total > 0:
+        if total is not None and "steps" in self.features and isinstance(total, int) and (
+                total > 0):
             # Too many records to come with the assignment: fetched before it starts.
             run.start = start
             self.outbox.append(p.Message("task.steps", {"task": run.task_id}, ref=ref,
@@ -583,8 +592,9 @@ class ForagerSession:
             if kind == "task.result" or (progress and kind == "task.progress") or (
                     steps and kind == "task.step"):
                 b = msg.b
-                n = _size(b.get("value") if b.get("partial") or kind == "task.step"
-                          else b.get("result"))
+                v = b.get("value") if b.get("partial") or kind == "task.step" else b.get(
+                    "result")
+                n = 64 if v is None or v.__class__ is dict else _size(v)  # (most: no call)
                 if results and size + n > budget:
                     out.append(self._results(results))
                     results, size = [], 0
@@ -616,8 +626,8 @@ class ForagerSession:
             return
         if msg.kind == "task.batch":
             # Partial results are kept per run (numbered), not as results to re-send.
-            self._sent.extend((now, r["ref"], r) for r in msg.b["results"]
-                              if "kind" not in r and not r.get("partial"))
+            self._sent.extend([(now, r["ref"], r) for r in msg.b["results"]
+                               if "kind" not in r and not r.get("partial")])
         elif msg.kind == "task.result" and not msg.b.get("partial"):
             self._sent.append((now, str(msg.ref), msg))
 

@@ -461,10 +461,14 @@ class QueenCore:
             after = self._after.get(msg.kind)
             if after is not None:
                 req = Request(identity, node, msg, codec, key, now)
-                if msg.kind in self._needs:
-                    self._dispatch(req)
-                else:
-                    after(req)  # (nothing to read first: _dispatch's answer, one call less)
+                # _dispatch's decision, inline on the path every message takes: a handler
+                # runs once the reads it declares (if any, this time) are answered.
+                needs = self._needs.get(msg.kind)
+                if needs is not None:
+                    wanted = needs(req)
+                    if wanted and self.reads.wait_for(req, wanted):
+                        return
+                after(req)
                 return
         else:
             before = self._before.get(msg.kind)

@@ -500,20 +500,24 @@ class TaskService:
         self._result(req, req.msg.ref, req.msg.b)
 
     def _result(self, req: Request, ref: str | None, body: dict[str, Any]) -> None:
-        if self._refused(req, result_problem(body, req.codec), ref,
-                         "progress" if body.get("partial") else "steps"
-                         if body.get("status") == "suspended" else None):
+        problem = result_problem(body, req.codec)
+        partial = body.get("partial")
+        status = body.get("status")
+        # (A well-formed final one, nearly every result, needs no feature: no call.)
+        if (problem is not None or partial or status == "suspended") and self._refused(
+                req, problem, ref, "progress" if partial else "steps"
+                if status == "suspended" else None):
             return
         stale = req.node.stale
         if stale and ref in stale:
             # An old run's answer (see Node.stale): dropped, as a duplicate.
-            if not body.get("partial") and ref is not None:
+            if not partial and ref is not None:
                 self.scheduler.stale_final(req.node, ref)
             return
         att = self.attempt(req, ref)
         if att is not None:
             self.scheduler.result(att, body, req.now)
-        elif not body.get("partial"):
+        elif not partial:
             self._release(req, ref)
 
     def _release(self, req: Request, ref: str | None) -> None:
