@@ -172,3 +172,27 @@ def test_requests_sent_to_a_lost_queen_are_asked_again_or_failed_at_once() -> No
     assert [(f.ref, f.error["code"]) for f in failed] == [(act.id, "queen-lost")]
     assert "may have been carried out" in failed[0].error["message"]
     assert set(cs.requests) == {ask.id, unsent.id}
+
+
+def test_a_request_refused_by_a_queen_that_forgot_us_goes_again_and_is_not_failed() -> None:
+    # Seen in the CI of a kill -9 test: the client answered a question before it saw its
+    # queen restart; the new queen refused the answer as from a stranger, the client
+    # said hello again, and then failed the answer as queen-lost ("it may have been
+    # carried out") while it sent it again all the same, carried out behind its caller's
+    # back. A refused request was not carried out: it goes again, once, and nothing fails.
+    from meshant import protocol as p
+    from meshant.core.peers.client_session import ClientSession, RequestFailed
+
+    cs = ClientSession()
+    answer = p.Message("task.answer", {"task": "t", "request": "t.q1", "value": 1},
+                       to="queen")
+    status = p.Message("task.status", {"task": "t"}, to="queen")
+    for m in (answer, status):
+        cs.request(m)
+    assert cs.flush(0.0) == [answer, status]
+    for m in (answer, answer, status):  # (a refusal heard twice changes nothing)
+        cs.on_forgotten(m.id)
+    cs.welcomed(first=False)
+    assert not [a for a in cs.out if isinstance(a, RequestFailed)]
+    assert [m for m in cs.flush(1.0) if isinstance(m, p.Message)] == [answer, status]
+    assert set(cs.requests) == {answer.id, status.id}

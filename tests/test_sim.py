@@ -140,6 +140,22 @@ def test_mutant_a_client_forgets_requests_sent_to_a_lost_queen(mutate: Any) -> N
 
 
 @pytest.mark.slow
+def test_mutant_a_request_a_new_queen_refused_unread_is_failed_and_sent_again(
+        mutate: Any) -> None:
+    # Seen in the CI of a kill -9 test: a request the restarted queen refused as from a
+    # stranger was failed queen-lost once the client was welcomed back, and sent again
+    # all the same (seed 511 of 'conversations' before the fix).
+    real = client_session.ClientSession.welcomed
+
+    def welcomed(self: Any, first: bool) -> None:
+        resend, self._resend = self._resend, []
+        real(self, first)
+        self.outbox.extend(resend)
+    mutate(client_session.ClientSession, "welcomed", welcomed)
+    _caught(PROFILES["conversations"], 100, "failed-request-unsent")
+
+
+@pytest.mark.slow
 def test_mutant_a_deposed_leader_acts_for_one_turn(mutate: Any) -> None:
     real = lease.Roles.step
     swallowed: set[int] = set()

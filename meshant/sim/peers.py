@@ -709,6 +709,9 @@ class SimClient(SimPeer):
         self.attached: dict[str, list[int]] = {}  # task -> sequence numbers seen
         # task -> the last update heard live: the queen's number, (attempt, n)
         self.live: dict[str, tuple[int, tuple[Any, Any]]] = {}
+        # The requests whose callers were told they failed (queen-lost: check, then ask
+        # again): one sent after that would be carried out behind its caller's back.
+        self.failed: set[str] = set()
         self.cs = self._session(kw["rng"])
         super().__init__(name, **kw)
 
@@ -722,6 +725,11 @@ class SimClient(SimPeer):
 
     def role_session(self) -> Role:
         return self.cs
+
+    def sending(self, item: Item) -> None:
+        if isinstance(item, p.Message) and item.id in self.failed:
+            self.ledger.fail("failed-request-unsent", f"{self.name} sends {item.kind} "
+                             f"{item.id} again after its caller was told it failed")
 
     # -- the workload's calls -------------------------------------------------------------
 
@@ -841,6 +849,8 @@ class SimClient(SimPeer):
                         self._answer_later(task_id, body)
                 case cs_.GiveUp(why=why):
                     self.ledger.fail("one-outcome", f"{self.name} gave up: {why}")
+                case cs_.RequestFailed(ref=ref):
+                    self.failed.add(ref)
                 case cs_.NodeUpdate(kind=kind, body=body):
                     if kind == "task.result" and not body.get("partial"):
                         self.log(f"{self.name} hears graph node {body['task']}: "

@@ -365,7 +365,7 @@ class ClientSession:
         restarted, or forgot an idle client): a request goes again once it welcomed us
         back (a submission goes again anyway)."""
         msg = self.requests.get(ref or "")
-        if msg is not None:
+        if msg is not None and not any(m is msg for m in self._resend):  # (heard twice)
             self._resend.append(msg)
 
     def _back_off(self, task_id: str, pend: Pending, err: dict[str, Any], now: float) -> bool:
@@ -410,9 +410,12 @@ class ClientSession:
             self.outbox.extend(pend.frames for pend in self.tasks.values())
             self.outbox.extend(pend.frames for pend in self.graphs.values())
             # Requests sent to the lost queen: asked again, or failed now (_ASK_AGAIN).
+            # One the new queen refused as from a stranger (forgotten) was not carried
+            # out: it goes again below, whatever its kind, and only once.
+            waiting.update(m.id for m in self._resend)
             for msg in list(self.requests.values()):
                 if msg.id in waiting:
-                    continue  # (never sent: it goes with the rest of the outbox)
+                    continue  # (never sent, or refused unread: it goes again as it is)
                 if asks_again(msg):
                     kept.append(msg)
                 else:
