@@ -458,17 +458,8 @@ class QueenCore:
                             "'blobs' in its hello: send bytes inline, with no blob frames",
                             msg.id)
                 return
-            after = self._after.get(msg.kind)
-            if after is not None:
-                req = Request(identity, node, msg, codec, key, now)
-                # _dispatch's decision, inline on the path every message takes: a handler
-                # runs once the reads it declares (if any, this time) are answered.
-                needs = self._needs.get(msg.kind)
-                if needs is not None:
-                    wanted = needs(req)
-                    if wanted and self.reads.wait_for(req, wanted):
-                        return
-                after(req)
+            if msg.kind in self._after:
+                self._dispatch(Request(identity, node, msg, codec, key, now))
                 return
         else:
             before = self._before.get(msg.kind)
