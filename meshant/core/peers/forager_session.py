@@ -148,10 +148,10 @@ class Run:
 
 def _size(value: Any) -> int:
     """About how many bytes a partial result's value takes (what matters: big ones)."""
+    if value is None or value.__class__ is dict:
+        return 64  # (a plain task's result, tested first: the most, and the cheapest)
     if isinstance(value, bytes | str):
         return 64 + len(value)
-    if value is None or value.__class__ is dict:
-        return 64  # (a plain task's result: no getattr that raises inside for a dict)
     data = getattr(value, "data", None)  # a Blob
     return 64 + (len(data) if isinstance(data, bytes | bytearray | memoryview) else 0)
 
@@ -320,7 +320,7 @@ class ForagerSession:
         payload = body.get("payload")
         start = Start(ref, run.run, run.task_id, attempt if attempt.__class__ is int
                       else int(attempt), cap,
-                      payload.data if payload.__class__ is p.Blob else payload, timeout,
+                      p.unwrap_blob(payload), timeout,
                       trace if trace is None or trace.__class__ is str else None, steps)
         total = body.get("steps_total")
         if total is not None and "steps" in self.features and isinstance(total, int) and (
@@ -594,7 +594,7 @@ class ForagerSession:
                 b = msg.b
                 v = b.get("value") if b.get("partial") or kind == "task.step" else b.get(
                     "result")
-                n = 64 if v is None or v.__class__ is dict else _size(v)  # (most: no call)
+                n = _size(v)
                 if results and size + n > budget:
                     out.append(self._results(results))
                     results, size = [], 0
