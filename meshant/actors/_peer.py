@@ -353,8 +353,9 @@ class Peer:
         events: Callable[[int], int] = sock.getsockopt  # type: ignore[assignment]
         link = self.link
         now = time.monotonic()
-        for _ in range(1000):
-            if self._sock is not sock or not events(_EVENTS) & _POLLIN:
+        for i in range(1000):
+            # (The first is there: the poll saw it. Asking EVENTS costs 1.5 µs.)
+            if i and (self._sock is not sock or not events(_EVENTS) & _POLLIN):
                 break  # (a handler moved us to a fresh connection: the old one is closed)
             link.receive(recv_frames(sock), now)
             self._after_turn()
@@ -362,9 +363,9 @@ class Peer:
     def _receive_pub(self, sub: zmq.Socket[Any]) -> None:
         events: Callable[[int], int] = sub.getsockopt  # type: ignore[assignment]
         link = self.link
-        for _ in range(1000):
-            if not events(_EVENTS) & _POLLIN:
-                break
+        for i in range(1000):
+            if i and not events(_EVENTS) & _POLLIN:
+                break  # (the first is there: the poll saw it)
             frames = recv_frames(sub)
             if len(frames) < 2:
                 continue

@@ -487,9 +487,10 @@ class Queen:
                 # turn's end sends what they decided (assignments go out while the
                 # queen reads on), so under load the colony's stages overlap instead
                 # of passing one big batch around in lockstep (docs/performance.md).
-                # Asking EVENTS is cheaper than the exception a NOBLOCK recv raises.
-                for _ in range(turn_max):
-                    if not events_of(EVENTS) & POLLIN:
+                # Asking EVENTS (1.5 µs) is cheaper than the exception a NOBLOCK recv
+                # raises (4 µs); the first message is there, the poll saw it.
+                for i in range(turn_max):
+                    if i and not events_of(EVENTS) & POLLIN:
                         break
                     if curve:
                         frames, key = _zio.recv_frames_key(router)
